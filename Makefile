@@ -1,0 +1,31 @@
+# Two entry points: `make demo` and `make test`. Both create or refresh .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m fairstream.demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check fairstream tests examples benchmarks
+	$(BIN)/ruff format --check fairstream tests examples benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy fairstream
+
+test: lint typecheck
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,114 @@
+"""The one exception tree of fairstream.
+
+::
+
+    FairstreamError                 root: catch this to catch everything we raise
+    ├── ConfigError(ValueError)     a setting, argument or environment variable is wrong
+    ├── PlanError(ValueError)       the planner got inconsistent input (members, lags, ...)
+    ├── BrokerError                 talking to Kafka failed; ``retriable`` as aiokafka says
+    ├── HandlerError                a handler failed for good (after retries)
+    ├── CommitError                 an offset commit was refused or could not be sent
+    └── BackfillError               a Spark backfill job failed; nothing was committed
+
+Each error keeps its facts as attributes and builds a one-line message that says
+what went wrong, where, and what to do, so a CLI can print ``str(exc)`` alone and
+logs can bind the attributes.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackfillError",
+    "BrokerError",
+    "CommitError",
+    "ConfigError",
+    "FairstreamError",
+    "HandlerError",
+    "PlanError",
+]
+
+
+class FairstreamError(Exception):
+    """Base class of every error fairstream raises on purpose."""
+
+
+class ConfigError(FairstreamError, ValueError):
+    """A setting is missing or invalid.
+
+    ``field`` names the setting (``"assignor"``, ``"FAIRSTREAM_BOOTSTRAP"``,
+    ``"--chunk"``), ``value`` the rejected value, ``hint`` what to do instead.
+    """
+
+    def __init__(self, field: str, value: object, problem: str, hint: str = "") -> None:
+        self.field = field
+        self.value = value
+        self.problem = problem
+        self.hint = hint
+        message = f"{field}={value!r}: {problem}"
+        if hint:
+            message += f"; {hint}"
+        super().__init__(message)
+
+
+class PlanError(FairstreamError, ValueError):
+    """The planner's input is inconsistent.
+
+    ``where`` locates the problem in the input (``"lag.orders"``,
+    ``"members.c0"``) so a user can find it in their JSON.
+    """
+
+    def __init__(self, problem: str, *, where: str = "", hint: str = "") -> None:
+        self.problem = problem
+        self.where = where
+        self.hint = hint
+        message = problem
+        if where:
+            message += f" (input key {where})"
+        if hint:
+            message += f"; {hint}"
+        super().__init__(message)
+
+
+class BrokerError(FairstreamError):
+    """Talking to the Kafka cluster failed.
+
+    ``retriable`` mirrors aiokafka's flag: a retriable error may go away if the
+    same call is made again later.
+    """
+
+    def __init__(self, message: str, *, bootstrap: str = "", retriable: bool = False) -> None:
+        self.bootstrap = bootstrap
+        self.retriable = retriable
+        if bootstrap:
+            message = f"{message} (bootstrap {bootstrap})"
+        super().__init__(message)
+
+
+class HandlerError(FairstreamError):
+    """A handler failed on a record after every retry, and the policy is to stop."""
+
+    def __init__(
+        self, *, topic: str, partition: int, offset: int, attempts: int, cause: BaseException
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.attempts = attempts
+        self.cause = cause
+        super().__init__(
+            f"handler failed on {topic}[{partition}]@{offset} after {attempts} attempt(s): "
+            f"{type(cause).__name__}: {cause}; the offset was not committed, fix the handler "
+            "or choose on_error='dead_letter' to move on"
+        )
+
+
+class CommitError(FairstreamError):
+    """Committing offsets failed; the records will be delivered again."""
+
+    def __init__(self, message: str, *, group_id: str) -> None:
+        self.group_id = group_id
+        super().__init__(f"{message} (group {group_id!r}); uncommitted records will be redelivered")
+
+
+class BackfillError(FairstreamError):
+    """A backfill job failed; no offset was committed for it."""
