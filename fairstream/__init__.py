@@ -1,1 +1,51 @@
-"""fairstream."""
+"""fairstream: fair, rebalance-friendly asyncio Kafka consumers.
+
+The public API lives here; ``fairstream.assign`` (pure planning),
+``fairstream.testing`` (brokers and the in-memory kit) and ``fairstream.spark``
+(backfills) are imported explicitly.
+"""
+
+from fairstream.config import (
+    ConsumerConfig,
+    DeadLetterPolicy,
+    RetryPolicy,
+    SchedulerConfig,
+    SecurityConfig,
+)
+from fairstream.errors import (
+    BackfillError,
+    BrokerError,
+    CommitError,
+    ConfigError,
+    FairstreamError,
+    HandlerError,
+    PlanError,
+)
+from fairstream.runtime._app import App, Health
+from fairstream.runtime._decode import DecodeError, Decoder
+from fairstream.runtime._record import Record
+from fairstream.runtime._stats import AppStats, PartitionStats
+
+__all__ = [
+    "App",
+    "AppStats",
+    "BackfillError",
+    "BrokerError",
+    "CommitError",
+    "ConfigError",
+    "ConsumerConfig",
+    "DeadLetterPolicy",
+    "DecodeError",
+    "Decoder",
+    "FairstreamError",
+    "HandlerError",
+    "Health",
+    "PartitionStats",
+    "PlanError",
+    "Record",
+    "RetryPolicy",
+    "SchedulerConfig",
+    "SecurityConfig",
+]
+
+__version__ = "0.1.0"

@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from fairstream.testing import ENGINES, EmbeddedBroker, EngineInfo
+from tests.kafka_helpers import create_topic
 
 EXTERNAL = os.environ.get("FAIRSTREAM_BOOTSTRAP")
 
@@ -83,15 +83,6 @@ def group_id(request: pytest.FixtureRequest) -> str:
 
 
 TopicFactory = Callable[..., Awaitable[str]]
-
-
-async def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, partitions, 1)])
-    finally:
-        await admin.close()
 
 
 @pytest.fixture

@@ -1,0 +1,205 @@
+"""Grouped, frozen configuration objects, validated when built.
+
+``App`` takes a handful of these rather than forty keyword arguments. Each one
+raises :class:`~fairstream.errors.ConfigError` naming the bad field, and
+:func:`from_env` reads ``FAIRSTREAM_*`` variables once at start-up.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from fairstream.errors import ConfigError
+
+__all__ = [
+    "ConsumerConfig",
+    "DeadLetterPolicy",
+    "RetryPolicy",
+    "SchedulerConfig",
+    "SecurityConfig",
+    "from_env",
+]
+
+OffsetReset = Literal["earliest", "latest"]
+OnError = Literal["dead_letter", "skip", "stop"]
+
+
+def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(name, value, f"must be {bound}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SecurityConfig:
+    """TLS and SASL settings passed through to aiokafka.
+
+    The password never appears in ``repr()`` or logs.
+    """
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    ssl_cafile: str | None = None
+
+    def __post_init__(self) -> None:
+        protocols = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+        if self.protocol not in protocols:
+            raise ConfigError(
+                "security.protocol", self.protocol, "unknown protocol", f"use one of {protocols}"
+            )
+        if self.protocol.startswith("SASL"):
+            if self.sasl_mechanism is None or not self.username or self.password is None:
+                raise ConfigError(
+                    "security.sasl_mechanism",
+                    self.sasl_mechanism,
+                    f"{self.protocol} needs sasl_mechanism, username and password",
+                    "set all three, or use protocol='SSL' or 'PLAINTEXT'",
+                )
+        elif self.sasl_mechanism is not None:
+            raise ConfigError(
+                "security.sasl_mechanism",
+                self.sasl_mechanism,
+                f"SASL is not used with protocol {self.protocol}",
+                "use protocol='SASL_SSL' or 'SASL_PLAINTEXT'",
+            )
+
+    def aiokafka_kwargs(self) -> dict[str, object]:
+        """Keyword arguments for aiokafka's consumer, producer and admin client."""
+        kwargs: dict[str, object] = {"security_protocol": self.protocol}
+        if self.protocol in ("SSL", "SASL_SSL"):
+            from aiokafka.helpers import create_ssl_context
+
+            kwargs["ssl_context"] = create_ssl_context(cafile=self.ssl_cafile)
+        if self.sasl_mechanism is not None:
+            kwargs["sasl_mechanism"] = self.sasl_mechanism
+            kwargs["sasl_plain_username"] = self.username
+            kwargs["sasl_plain_password"] = self.password
+        return kwargs
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerConfig:
+    """Settings passed through to aiokafka's consumer."""
+
+    auto_offset_reset: OffsetReset = "earliest"
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 3_000
+    max_poll_interval_ms: int = 300_000
+    fetch_max_bytes: int = 52_428_800
+    max_partition_fetch_bytes: int = 1_048_576
+    client_id: str = "fairstream"
+
+    def __post_init__(self) -> None:
+        if self.auto_offset_reset not in ("earliest", "latest"):
+            raise ConfigError(
+                "auto_offset_reset",
+                self.auto_offset_reset,
+                "unknown reset policy",
+                "use 'earliest' or 'latest'",
+            )
+        for name in (
+            "session_timeout_ms",
+            "heartbeat_interval_ms",
+            "max_poll_interval_ms",
+            "fetch_max_bytes",
+            "max_partition_fetch_bytes",
+        ):
+            _positive(name, getattr(self, name))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerConfig:
+    """KIP-387 fair scheduling and backpressure bounds.
+
+    ``partition_quota`` is how many records one partition may contribute to a
+    dispatch before the scheduler moves on to the next partition; a partition's
+    queue pauses fetching at ``queue_max_records`` or ``queue_max_bytes`` and
+    resumes below half of both. ``max_buffered_bytes`` bounds all queues together.
+    """
+
+    partition_quota: int = 100
+    max_batch: int = 1_000
+    concurrency: int = 1
+    queue_max_records: int = 20_000
+    queue_max_bytes: int = 16 * 1024 * 1024
+    max_buffered_bytes: int = 256 * 1024 * 1024
+    commit_interval: float = 1.0
+    revoke_timeout: float = 10.0
+    shutdown_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in (
+            "partition_quota",
+            "max_batch",
+            "concurrency",
+            "queue_max_records",
+            "queue_max_bytes",
+            "max_buffered_bytes",
+            "commit_interval",
+        ):
+            _positive(name, getattr(self, name))
+        _positive("revoke_timeout", self.revoke_timeout, allow_zero=True)
+        _positive("shutdown_timeout", self.shutdown_timeout, allow_zero=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """How often a failing handler is retried, with exponential backoff."""
+
+    attempts: int = 3
+    backoff: float = 0.1
+    multiplier: float = 2.0
+    max_backoff: float = 5.0
+
+    def __post_init__(self) -> None:
+        _positive("retry.attempts", self.attempts)
+        _positive("retry.backoff", self.backoff, allow_zero=True)
+        if self.multiplier < 1:
+            raise ConfigError("retry.multiplier", self.multiplier, "must be >= 1")
+        _positive("retry.max_backoff", self.max_backoff, allow_zero=True)
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        return float(min(self.max_backoff, self.backoff * self.multiplier ** (attempt - 1)))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeadLetterPolicy:
+    """What happens to a record whose handler failed every attempt.
+
+    ``dead_letter`` publishes it to ``topic_suffix`` appended to its topic (with
+    the error in headers) and moves on; ``skip`` logs an error and moves on;
+    ``stop`` stops the app with :class:`~fairstream.errors.HandlerError` and
+    commits nothing past the record.
+    """
+
+    on_error: OnError = "dead_letter"
+    topic_suffix: str = ".dlq"
+
+    def __post_init__(self) -> None:
+        if self.on_error not in ("dead_letter", "skip", "stop"):
+            raise ConfigError(
+                "on_error", self.on_error, "unknown policy", "use 'dead_letter', 'skip' or 'stop'"
+            )
+        if not self.topic_suffix:
+            raise ConfigError("topic_suffix", self.topic_suffix, "must not be empty")
+
+    def topic_for(self, topic: str) -> str:
+        return f"{topic}{self.topic_suffix}"
+
+
+def from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``FAIRSTREAM_*`` settings an entry point should apply, read once.
+
+    Returns the recognised keys in lower case without the prefix
+    (``bootstrap``, ``group_id``, ``assignor``, ``log_format``), so callers pass
+    them on explicitly instead of reading the environment deep inside the engine.
+    """
+    env = os.environ if environ is None else environ
+    keys = ("BOOTSTRAP", "GROUP_ID", "ASSIGNOR", "LOG_FORMAT", "INSTANCE_ID")
+    return {key.lower(): env[f"FAIRSTREAM_{key}"] for key in keys if env.get(f"FAIRSTREAM_{key}")}

@@ -1,0 +1,369 @@
+"""``App``: what a user imports, decorates handlers with, and runs."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeVar, final
+
+import anyio
+import anyio.abc
+import structlog
+
+from fairstream.config import (
+    ConsumerConfig,
+    DeadLetterPolicy,
+    RetryPolicy,
+    SchedulerConfig,
+    SecurityConfig,
+    from_env,
+)
+from fairstream.errors import ConfigError
+from fairstream.runtime._clients import AIOKafkaClients, KafkaClients
+from fairstream.runtime._decode import Decoder, decoder_for
+from fairstream.runtime._engine import Ack, Engine
+from fairstream.runtime._record import Headers, Record
+from fairstream.runtime._stats import AppStats, prometheus_text
+from fairstream.runtime._subscriber import Subscriber
+
+__all__ = ["App", "Health"]
+
+log = structlog.get_logger(__name__)
+
+H = TypeVar("H", bound=Callable[..., Awaitable[None]])
+
+ClientsFactory = Callable[["App", list[Subscriber]], KafkaClients]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Health:
+    """``alive``: the engine runs; ``ready``: it has joined its group and consumes."""
+
+    alive: bool
+    ready: bool
+    state: str
+
+
+def _encode(value: object) -> bytes | None:
+    """Bytes for ``publish``: bytes as given, str as UTF-8, models and JSON data as JSON."""
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    dump = getattr(value, "model_dump_json", None)
+    if callable(dump):
+        return str(dump()).encode()
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+@final
+class App:
+    """A consumer group member with decorated handlers.
+
+    >>> app = App(bootstrap="127.0.0.1:9092", group_id="orders", assignor="lag")
+    >>> @app.subscriber("orders")
+    ... async def handle(record: Record[dict]) -> None:
+    ...     ...
+
+    Run it with ``await app.run()`` (stops on SIGINT/SIGTERM), ``async with app:``,
+    ``FastAPI(lifespan=app.lifespan)`` or ``fairstream run module:app``.
+
+    :raises ConfigError: for an unknown assignor, a bad threshold, a missing bootstrap.
+    """
+
+    def __init__(
+        self,
+        *,
+        group_id: str,
+        bootstrap: str | None = None,
+        assignor: str = "fair",
+        consumer: ConsumerConfig | None = None,
+        scheduler: SchedulerConfig | None = None,
+        retry: RetryPolicy | None = None,
+        dead_letter: DeadLetterPolicy | None = None,
+        security: SecurityConfig | None = None,
+        instance_id: str | None = None,
+        ack: Ack = "auto",
+        parallel_rebalance: bool = False,
+        parallel_rebalance_threshold: int = 10_000,
+        clients: ClientsFactory | None = None,
+    ) -> None:
+        env = from_env()
+        self.bootstrap = bootstrap or env.get("bootstrap", "")
+        if not group_id:
+            raise ConfigError("group_id", group_id, "must not be empty")
+        if ack not in ("auto", "manual"):
+            raise ConfigError("ack", ack, "unknown mode", "use 'auto' or 'manual'")
+        if parallel_rebalance_threshold < 0:
+            raise ConfigError(
+                "parallel_rebalance_threshold",
+                parallel_rebalance_threshold,
+                "must be >= 0",
+                "it is the lag (records) above which a partition is caught up in parallel",
+            )
+        self.group_id = group_id
+        self.assignor = assignor
+        self._assignors = _interim_assignors(assignor)
+        self.consumer_config = consumer or ConsumerConfig()
+        self.scheduler_config = scheduler or SchedulerConfig()
+        self.retry = retry or RetryPolicy()
+        self.dead_letter = dead_letter or DeadLetterPolicy()
+        self.security = security or SecurityConfig()
+        self.instance_id = instance_id or env.get("instance_id")
+        self.ack: Ack = ack
+        self.parallel_rebalance = parallel_rebalance
+        self.parallel_rebalance_threshold = parallel_rebalance_threshold
+        self._clients_factory = clients or _aiokafka_clients
+        self._subscribers: list[Subscriber] = []
+        self._engine: Engine | None = None
+        self._clients: KafkaClients | None = None
+        self._tasks: anyio.abc.TaskGroup | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"App(group_id={self.group_id!r}, bootstrap={self.bootstrap!r}, "
+            f"assignor={self.assignor!r})"
+        )
+
+    # --- registration ---------------------------------------------------------------
+
+    def subscriber(
+        self,
+        *topics: str,
+        batch: bool = False,
+        max_batch: int | None = None,
+        decoder: Decoder[Any] | None = None,
+        retry: RetryPolicy | None = None,
+        dead_letter: DeadLetterPolicy | None = None,
+        parallel_rebalance: bool | None = None,
+        parallel_rebalance_threshold: int | None = None,
+    ) -> Callable[[H], H]:
+        """Register an async handler for ``topics``; returns it unchanged.
+
+        With ``batch=True`` the handler receives ``list[Record]`` of up to
+        ``max_batch`` records from several partitions, each partition's in order.
+
+        :raises ConfigError: for no topics, a topic already subscribed, a sync handler.
+        """
+        if not topics:
+            raise ConfigError("topics", topics, "a subscriber needs at least one topic")
+        taken = {t for sub in self._subscribers for t in sub.topics} & set(topics)
+        if taken:
+            raise ConfigError(
+                "topics", sorted(taken), "already have a subscriber", "use one handler per topic"
+            )
+        limit = max_batch if max_batch is not None else self.scheduler_config.max_batch
+        if limit <= 0:
+            raise ConfigError("max_batch", limit, "must be > 0")
+        threshold = (
+            parallel_rebalance_threshold
+            if parallel_rebalance_threshold is not None
+            else self.parallel_rebalance_threshold
+        )
+        if threshold < 0:
+            raise ConfigError("parallel_rebalance_threshold", threshold, "must be >= 0")
+
+        def register(handler: H) -> H:
+            is_async = inspect.iscoroutinefunction(handler)  # kept apart: TypeGuard would widen H
+            if not is_async:
+                raise ConfigError(
+                    "handler",
+                    getattr(handler, "__qualname__", handler),
+                    "is not an async function",
+                    "define it with 'async def'",
+                )
+            self._subscribers.append(
+                Subscriber(
+                    name=getattr(handler, "__qualname__", repr(handler)),
+                    topics=tuple(topics),
+                    handler=handler,
+                    batch=batch,
+                    max_batch=limit,
+                    decoder=decoder_for(handler, batch=batch, decoder=decoder),
+                    retry=retry or self.retry,
+                    dead_letter=dead_letter or self.dead_letter,
+                    parallel_rebalance=(
+                        self.parallel_rebalance
+                        if parallel_rebalance is None
+                        else parallel_rebalance
+                    ),
+                    parallel_rebalance_threshold=threshold,
+                )
+            )
+            return handler
+
+        return register
+
+    @property
+    def subscribers(self) -> tuple[Subscriber, ...]:
+        return tuple(self._subscribers)
+
+    # --- running --------------------------------------------------------------------
+
+    def _new_engine(self) -> Engine:
+        if not self._subscribers:
+            raise ConfigError(
+                "subscribers", [], "the app has no handler", "decorate one with @app.subscriber"
+            )
+        self._clients = self._clients_factory(self, self._subscribers)
+        self._engine = Engine(
+            group_id=self.group_id,
+            subscribers=self._subscribers,
+            clients=self._clients,
+            scheduler=self.scheduler_config,
+            ack=self.ack,
+        )
+        return self._engine
+
+    async def run(self) -> None:
+        """Consume until SIGINT/SIGTERM or :meth:`stop`; drain, commit, leave, return.
+
+        :raises HandlerError: a handler failed with ``on_error='stop'``.
+        :raises BrokerError: the cluster cannot be reached.
+        """
+        engine = self._new_engine()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._stop_on_signals, engine, tasks.cancel_scope)
+            await engine.run()
+            tasks.cancel_scope.cancel()
+
+    @staticmethod
+    async def _stop_on_signals(engine: Engine, scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                log.info("shutdown_requested", signal=signal.Signals(signum).name)
+                engine.request_stop()
+
+    def stop(self) -> None:
+        """Ask a running app to drain, commit and leave its group."""
+        if self._engine is not None:
+            self._engine.request_stop()
+
+    async def __aenter__(self) -> App:
+        engine = self._new_engine()
+        self._tasks = anyio.create_task_group()
+        await self._tasks.__aenter__()
+        try:
+            await self._tasks.start(lambda task_status: engine.run(task_status=task_status))
+        except BaseException:
+            await self._tasks.__aexit__(None, None, None)
+            self._tasks = None
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+        tasks, self._tasks = self._tasks, None
+        if tasks is not None:
+            await tasks.__aexit__(exc_type, exc, tb)
+
+    @asynccontextmanager
+    async def lifespan(self, _asgi_app: object = None) -> AsyncIterator[None]:
+        """An ASGI lifespan: ``FastAPI(lifespan=app.lifespan)`` consumes while it serves."""
+        async with self:
+            yield
+
+    # --- using it -------------------------------------------------------------------
+
+    async def publish(
+        self,
+        topic: str,
+        value: object,
+        *,
+        key: bytes | str | None = None,
+        headers: Headers = (),
+        partition: int | None = None,
+    ) -> None:
+        """Send a record through the app's producer and wait for the broker's ack."""
+        if self._clients is None or self._engine is None or self._engine.state != "running":
+            raise ConfigError(
+                "app",
+                self.group_id,
+                "is not running",
+                "publish from a handler or inside 'async with app'",
+            )
+        raw_key = key.encode() if isinstance(key, str) else key
+        await self._clients.publish(
+            topic, _encode(value), key=raw_key, headers=headers, partition=partition
+        )
+
+    async def commit(self, record: Record[Any]) -> None:
+        """With ``ack='manual'``: mark ``record`` and all before it in its partition done."""
+        if self._engine is None:
+            raise ConfigError("app", self.group_id, "is not running", "commit from a handler")
+        tp = (record.topic, record.partition)
+        await self._engine.commit(offsets={tp: record.offset + 1})
+
+    def stats(self) -> AppStats:
+        """Lag, queue depth, rates and latency per owned partition."""
+        if self._engine is None:
+            return AppStats(
+                group_id=self.group_id,
+                member_id=None,
+                state="created",
+                buffered_records=0,
+                buffered_bytes=0,
+                partitions=(),
+            )
+        member = self._clients.member_id if self._clients else None
+        return self._engine.stats(member)
+
+    def metrics_text(self) -> str:
+        """:meth:`stats` in the Prometheus text format, for a ``/metrics`` endpoint."""
+        return prometheus_text(self.stats())
+
+    def health(self) -> Health:
+        state = self._engine.state if self._engine else "created"
+        member = self._clients.member_id if self._clients else None
+        return Health(
+            alive=state in ("starting", "running"),
+            ready=state == "running" and member is not None,
+            state=state,
+        )
+
+
+def _aiokafka_clients(app: App, subscribers: list[Subscriber]) -> KafkaClients:
+    if not app.bootstrap:
+        raise ConfigError(
+            "bootstrap",
+            app.bootstrap,
+            "no Kafka bootstrap address",
+            "pass App(bootstrap='host:port') or set FAIRSTREAM_BOOTSTRAP",
+        )
+    dead_letter_topics = {
+        topic: sub.dead_letter.topic_for(topic)
+        for sub in subscribers
+        if sub.dead_letter.on_error == "dead_letter"
+        for topic in sub.topics
+    }
+    return AIOKafkaClients(
+        bootstrap=app.bootstrap,
+        group_id=app.group_id,
+        consumer_config=app.consumer_config,
+        security=app.security,
+        assignors=app._assignors,
+        instance_id=app.instance_id,
+        dead_letter_topics=dead_letter_topics,
+    )
+
+
+def _interim_assignors(name: str) -> list[object]:
+    """aiokafka's own strategies until the planner adapters are wired in."""
+    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+    if name not in ("range", "roundrobin", "sticky", "fair", "lag"):
+        raise ConfigError(
+            "assignor", name, "unknown strategy", "use range, roundrobin, sticky, fair or lag"
+        )
+    return [RangePartitionAssignor if name == "range" else RoundRobinPartitionAssignor]

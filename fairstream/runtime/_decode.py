@@ -1,0 +1,109 @@
+"""Turning record bytes into the value type a handler asks for.
+
+The decoder is chosen once, from the handler's type hint (``Record[bytes]``,
+``Record[str]``, ``Record[dict]``, ``Record[MyModel]`` for a pydantic model) or
+an explicit ``decoder=``, so the per-record path does no type inspection.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import typing
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from fairstream.errors import ConfigError
+
+__all__ = ["DecodeError", "Decoder", "decoder_for"]
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Decoder(Protocol[T_co]):
+    """Turns a record's value bytes (``None`` for a tombstone) into a value."""
+
+    def __call__(self, raw: bytes | None, /) -> T_co: ...
+
+
+class DecodeError(Exception):
+    """A record's value could not be decoded; it goes straight to the error policy."""
+
+
+def _raw(raw: bytes | None) -> bytes | None:
+    return raw
+
+
+def _text(raw: bytes | None) -> str | None:
+    if raw is None:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"value is not valid UTF-8: {exc}") from exc
+
+
+def _json(raw: bytes | None) -> Any:
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DecodeError(f"value is not valid JSON: {exc}") from exc
+
+
+def _model(model: Any) -> Decoder[Any]:
+    def decode(raw: bytes | None) -> Any:
+        if raw is None:
+            return None
+        try:
+            return model.model_validate_json(raw)
+        except ValueError as exc:  # pydantic.ValidationError is a ValueError
+            first = str(exc).splitlines()
+            raise DecodeError(f"value is not a valid {model.__name__}: {first[0]}") from exc
+
+    return decode
+
+
+def _value_type(handler: Callable[..., Any], batch: bool) -> Any:
+    """The ``T`` of the handler's ``Record[T]`` (or ``list[Record[T]]``) parameter."""
+    params = list(inspect.signature(handler).parameters.values())
+    if not params:
+        raise ConfigError(
+            "handler",
+            getattr(handler, "__qualname__", handler),
+            "takes no argument",
+            "define it as 'async def handle(record: Record) -> None'",
+        )
+    hints = typing.get_type_hints(handler)
+    hint = hints.get(params[0].name)
+    if hint is None:
+        return bytes
+    if batch and typing.get_origin(hint) in (list, typing.Sequence):
+        (hint,) = typing.get_args(hint) or (bytes,)
+    args = typing.get_args(hint)
+    return args[0] if args else bytes
+
+
+def decoder_for(
+    handler: Callable[..., Any], *, batch: bool, decoder: Decoder[Any] | None
+) -> Decoder[Any]:
+    """Pick the decoder for a handler: the explicit one, else from its type hint."""
+    if decoder is not None:
+        return decoder
+    value_type = _value_type(handler, batch)
+    if value_type in (bytes, typing.Any, object) or value_type is type(None):
+        return _raw
+    if value_type is str:
+        return _text
+    origin = typing.get_origin(value_type) or value_type
+    if origin in (dict, list, int, float, bool):
+        return _json
+    if hasattr(value_type, "model_validate_json"):
+        return _model(value_type)
+    raise ConfigError(
+        "handler",
+        getattr(handler, "__qualname__", handler),
+        f"cannot decode record values into {value_type!r}",
+        "annotate Record[bytes|str|dict|<pydantic model>] or pass decoder=",
+    )

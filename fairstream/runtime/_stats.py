@@ -1,0 +1,145 @@
+"""Counters for ``app.stats()`` and the Prometheus text format.
+
+Counting is per slice (one add per partition per dispatch), never per record.
+Rates come from samples taken by the engine's commit loop, so reading stats
+costs nothing on the hot path.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from fairstream.runtime._scheduler import TP
+
+__all__ = ["AppStats", "PartitionStats", "StatsRecorder", "prometheus_text"]
+
+
+@dataclass(slots=True)
+class _Counters:
+    handled: int = 0
+    dead_lettered: int = 0
+    busy_seconds: float = 0.0
+    samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=16))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionStats:
+    """One assigned partition, as seen by this member."""
+
+    topic: str
+    partition: int
+    lag: int | None
+    queue_depth: int
+    paused: bool
+    handled: int
+    dead_lettered: int
+    handled_per_second: float
+    mean_handler_ms: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppStats:
+    """A snapshot of the app: its state and every partition it owns."""
+
+    group_id: str
+    member_id: str | None
+    state: str
+    buffered_records: int
+    buffered_bytes: int
+    partitions: tuple[PartitionStats, ...]
+
+    @property
+    def handled(self) -> int:
+        return sum(p.handled for p in self.partitions)
+
+    @property
+    def lag(self) -> int:
+        return sum(p.lag or 0 for p in self.partitions)
+
+
+class StatsRecorder:
+    """Accumulates per-partition counters; the engine reads them into ``AppStats``."""
+
+    def __init__(self) -> None:
+        self._counters: dict[TP, _Counters] = {}
+        self.total_handled = 0
+
+    def _of(self, tp: TP) -> _Counters:
+        counters = self._counters.get(tp)
+        if counters is None:
+            counters = self._counters[tp] = _Counters()
+        return counters
+
+    def handled(self, tp: TP, count: int, seconds: float) -> None:
+        counters = self._of(tp)
+        counters.handled += count
+        counters.busy_seconds += seconds
+        self.total_handled += count
+
+    def dead_lettered(self, tp: TP) -> None:
+        self._of(tp).dead_lettered += 1
+
+    def sample(self, now: float | None = None) -> None:
+        """Remember current totals so that rates can be computed later."""
+        now = time.monotonic() if now is None else now
+        for counters in self._counters.values():
+            counters.samples.append((now, counters.handled))
+
+    def partition(
+        self, tp: TP, *, lag: int | None, queue_depth: int, paused: bool
+    ) -> PartitionStats:
+        counters = self._of(tp)
+        rate = 0.0
+        if len(counters.samples) >= 2:
+            (t0, n0), (t1, n1) = counters.samples[0], counters.samples[-1]
+            rate = (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
+        mean_ms = 1000 * counters.busy_seconds / counters.handled if counters.handled else 0.0
+        return PartitionStats(
+            topic=tp[0],
+            partition=tp[1],
+            lag=lag,
+            queue_depth=queue_depth,
+            paused=paused,
+            handled=counters.handled,
+            dead_lettered=counters.dead_lettered,
+            handled_per_second=rate,
+            mean_handler_ms=mean_ms,
+        )
+
+    def forget(self, tps: set[TP]) -> None:
+        for tp in tps:
+            self._counters.pop(tp, None)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def prometheus_text(stats: AppStats) -> str:
+    """The Prometheus text exposition (version 0.0.4) of a stats snapshot."""
+    metrics = (
+        ("lag", "gauge", "records between the committed watermark and the end offset"),
+        ("queue_depth", "gauge", "records fetched and waiting for a handler"),
+        ("handled", "counter", "records handled (including dead-lettered)"),
+        ("dead_lettered", "counter", "records that failed every attempt"),
+        ("handled_per_second", "gauge", "recent handling rate"),
+        ("mean_handler_ms", "gauge", "mean handler time per record"),
+    )
+    group = _escape(stats.group_id)
+    lines: list[str] = []
+    for name, kind, doc in metrics:
+        metric = f"fairstream_partition_{name}" + ("_total" if kind == "counter" else "")
+        lines.append(f"# HELP {metric} {doc}")
+        lines.append(f"# TYPE {metric} {kind}")
+        for p in stats.partitions:
+            value = getattr(p, name)
+            if value is None:
+                continue
+            labels = f'group_id="{group}",topic="{_escape(p.topic)}",partition="{p.partition}"'
+            lines.append(f"{metric}{{{labels}}} {value}")
+    lines.append("# HELP fairstream_up 1 when the consumer is running and has joined its group")
+    lines.append("# TYPE fairstream_up gauge")
+    lines.append(f'fairstream_up{{group_id="{group}"}} {int(stats.state == "running")}')
+    return "\n".join(lines) + "\n"

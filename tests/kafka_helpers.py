@@ -1,0 +1,63 @@
+"""Small real-broker helpers shared by the tests (no mocks: these talk to Kafka)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+
+async def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, partitions, 1)])
+    finally:
+        await admin.close()
+
+
+async def produce(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[tuple[int, bytes | None]],
+    *,
+    key: bytes | None = None,
+) -> int:
+    """Send ``(partition, value)`` pairs and wait until all are acknowledged."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await producer.start()
+    count = 0
+    try:
+        for partition, value in records:
+            await producer.send(topic, value, key=key, partition=partition)
+            count += 1
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return count
+
+
+async def committed(bootstrap: str, group_id: str, topic: str, partitions: int) -> list[int | None]:
+    """The group's committed offsets, read by an unsubscribed consumer of that group."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id)
+    await consumer.start()
+    try:
+        return [await consumer.committed(TopicPartition(topic, p)) for p in range(partitions)]
+    finally:
+        await consumer.stop()
+
+
+async def read_all(bootstrap: str, topic: str, partitions: int, expected: int) -> list[object]:
+    """Every record of a topic (for checking dead-letter topics), without a group."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    out: list[object] = []
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        while len(out) < expected:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                out.extend(records)
+    finally:
+        await consumer.stop()
+    return out
