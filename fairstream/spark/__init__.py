@@ -1,0 +1,73 @@
+"""Backfills on Spark: read Kafka offset ranges as a DataFrame, handle or store them, commit.
+
+An optional extra (``pip install 'fairstream[spark]'``: pyspark, pyarrow,
+confluent-kafka). Layout and import rules:
+
+- ``planning`` is pure (ranges, chunks, placement, commits) and imports only
+  ``fairstream.assign``, ``fairstream.ranges`` and ``fairstream.errors``.
+- ``source`` is the PySpark Python data source named ``fairstream``; it runs in the
+  executors, so it imports nothing from fairstream beyond those leaves.
+- ``cluster`` is the driver's Kafka I/O (partition states, the final commit),
+  ``handlers`` loads and runs user handlers, ``backfill`` drives a job.
+- Nothing here imports ``fairstream.runtime``; the runtime calls
+  :func:`submit_shadow_backfill` instead.
+
+Names are loaded lazily, so ``import fairstream.spark`` is cheap and a missing
+extra raises an :class:`ImportError` that names the install command only when a
+name that needs it is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fairstream.spark.backfill import (
+        BackfillJob,
+        BackfillResult,
+        backfill,
+        build_session,
+        submit_shadow_backfill,
+    )
+    from fairstream.spark.handlers import BackfillRecord, Handler
+    from fairstream.spark.source import FairstreamDataSource, read_chunks
+
+__all__ = [
+    "BackfillJob",
+    "BackfillRecord",
+    "BackfillResult",
+    "FairstreamDataSource",
+    "Handler",
+    "backfill",
+    "build_session",
+    "read_chunks",
+    "submit_shadow_backfill",
+]
+
+_HOMES = {
+    "BackfillJob": "backfill",
+    "BackfillRecord": "handlers",
+    "BackfillResult": "backfill",
+    "FairstreamDataSource": "source",
+    "Handler": "handlers",
+    "backfill": "backfill",
+    "build_session": "backfill",
+    "read_chunks": "source",
+    "submit_shadow_backfill": "backfill",
+}
+
+
+def missing_extra(exc: ImportError) -> ImportError:
+    """The error to raise when pyspark, pyarrow or confluent-kafka cannot be imported."""
+    return ImportError(
+        f"the Spark backfill needs the 'spark' extra ({exc.name or exc} is missing); "
+        "run: pip install 'fairstream[spark]'"
+    )
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'fairstream.spark' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"fairstream.spark.{home}"), name)
