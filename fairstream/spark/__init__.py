@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from fairstream.spark.backfill import (
         BackfillJob,
         BackfillResult,
-        backfill,
         build_session,
+        run_backfill,
         submit_shadow_backfill,
     )
     from fairstream.spark.handlers import BackfillRecord, Handler
@@ -39,9 +39,9 @@ __all__ = [
     "BackfillResult",
     "FairstreamDataSource",
     "Handler",
-    "backfill",
     "build_session",
     "read_chunks",
+    "run_backfill",
     "submit_shadow_backfill",
 ]
 
@@ -51,9 +51,9 @@ _HOMES = {
     "BackfillResult": "backfill",
     "FairstreamDataSource": "source",
     "Handler": "handlers",
-    "backfill": "backfill",
     "build_session": "backfill",
     "read_chunks": "source",
+    "run_backfill": "backfill",
     "submit_shadow_backfill": "backfill",
 }
 

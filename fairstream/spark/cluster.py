@@ -1,0 +1,141 @@
+"""The driver's Kafka I/O: read the group's partition states, commit after the job.
+
+Both use one short-lived confluent-kafka consumer carrying the group id but never
+subscribing, so it reads and commits offsets without joining the group. Kafka
+accepts such a commit only while the group has no live members; a running
+fairstream app hands its shadow ranges to :func:`~fairstream.spark.submit_shadow_backfill`
+and commits them itself instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import structlog
+
+from fairstream.errors import BrokerError, CommitError, ConfigError
+from fairstream.spark import missing_extra
+from fairstream.spark.planning import PartitionCommit, PartitionState
+
+try:
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+except ImportError as exc:
+    raise missing_extra(exc) from exc
+
+__all__ = ["commit", "kafka_logger", "read_states"]
+
+log = structlog.get_logger(__name__)
+
+kafka_logger = logging.getLogger("fairstream.spark.kafka")
+"""Where librdkafka's own log lines go (silent unless the application configures it)."""
+kafka_logger.addHandler(logging.NullHandler())
+
+_NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group never committed here
+
+
+@contextmanager
+def _group_client(bootstrap: str, group_id: str, kafka_config: Mapping[str, str]) -> Iterator[Any]:
+    config = {
+        **kafka_config,
+        "bootstrap.servers": bootstrap,
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "logger": kafka_logger,
+    }
+    try:
+        consumer = Consumer(config)
+    except KafkaException as exc:
+        raise ConfigError(
+            "--kafka-config", kafka_config, str(exc), "fix the client setting"
+        ) from exc
+    try:
+        yield consumer
+    finally:
+        consumer.close()
+
+
+def read_states(
+    bootstrap: str,
+    group_id: str,
+    topics: Sequence[str],
+    *,
+    kafka_config: Mapping[str, str] | None = None,
+    timeout: float = 15.0,
+) -> list[PartitionState]:
+    """Watermarks, committed offset and commit metadata of every partition of ``topics``.
+
+    :raises ConfigError: a topic does not exist.
+    :raises BrokerError: the cluster did not answer within ``timeout`` seconds.
+    """
+    states: list[PartitionState] = []
+    with _group_client(bootstrap, group_id, kafka_config or {}) as consumer:
+        try:
+            for topic in topics:
+                metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+                if metadata is None or metadata.error is not None or not metadata.partitions:
+                    raise ConfigError(
+                        "--topics", topic, "no such topic on the cluster", "check its name"
+                    )
+                wanted = [TopicPartition(topic, p) for p in sorted(metadata.partitions)]
+                committed = consumer.committed(wanted, timeout=timeout)
+                for tp in committed:
+                    low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
+                    states.append(
+                        PartitionState(
+                            topic=topic,
+                            partition=tp.partition,
+                            log_start=low,
+                            log_end=high,
+                            committed=None if tp.offset == _NO_OFFSET else tp.offset,
+                            metadata=tp.metadata or "",
+                        )
+                    )
+        except KafkaException as exc:
+            error = exc.args[0]
+            raise BrokerError(
+                f"cannot read offsets of group {group_id!r}: {error.str()}; check --bootstrap "
+                "and that the brokers are up",
+                bootstrap=bootstrap,
+                retriable=error.retriable(),
+            ) from exc
+    log.info("group_state_read", group_id=group_id, topics=list(topics), partitions=len(states))
+    return states
+
+
+def commit(
+    bootstrap: str,
+    group_id: str,
+    commits: Sequence[PartitionCommit],
+    *,
+    kafka_config: Mapping[str, str] | None = None,
+) -> None:
+    """Commit the offsets and shadow metadata in one request.
+
+    :raises CommitError: the broker refused a partition's commit (for example
+        because the group has live members) or could not be reached.
+    """
+    if not commits:
+        return
+    offsets = [TopicPartition(c.topic, c.partition, c.offset, metadata=c.metadata) for c in commits]
+    with _group_client(bootstrap, group_id, kafka_config or {}) as consumer:
+        try:
+            answered = consumer.commit(offsets=offsets, asynchronous=False) or []
+        except KafkaException as exc:
+            raise CommitError(_refused(exc.args[0].str()), group_id=group_id) from exc
+    failed = [tp for tp in answered if tp.error is not None]
+    if failed:
+        first = failed[0]
+        raise CommitError(
+            _refused(f"{first.topic}[{first.partition}]: {first.error.str()}"), group_id=group_id
+        )
+    log.info("backfill_committed", group_id=group_id, partitions=len(commits))
+
+
+def _refused(reason: str) -> str:
+    return (
+        f"committing the backfill's offsets failed ({reason}); the job's work is done, so "
+        "stop the group's live consumers and rerun, or rerun with --no-commit"
+    )

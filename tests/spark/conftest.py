@@ -1,0 +1,54 @@
+"""One local Spark session for every Spark test, and topics filled with confluent-kafka.
+
+Starting a session costs seconds, so it is built once per run (``local[2]``, the
+master the benchmark uses) and shared; each test still gets its own topic and group.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import SparkSession
+
+from fairstream.spark import build_session
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    session = build_session("local[2]", app_name="fairstream-tests")
+    yield session
+    session.stop()
+
+
+def record_value(partition: int, offset: int) -> bytes:
+    """The value produced at ``offset`` of ``partition``: tests check it round-trips."""
+    return f"value-{partition}-{offset}".encode()
+
+
+def fill_topic(bootstrap: str, counts: Sequence[int]) -> str:
+    """Create a topic with ``len(counts)`` partitions and ``counts[p]`` records in each.
+
+    Every record has a key, a header and :func:`record_value`; the first record of
+    each partition has no value (a tombstone), to check nulls survive.
+    """
+    topic = f"spark-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, len(counts), 1)]).values():
+        future.result(timeout=30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for partition, count in enumerate(counts):
+        for offset in range(count):
+            producer.produce(
+                topic,
+                partition=partition,
+                key=f"k{offset}".encode(),
+                value=record_value(partition, offset) if offset else None,
+                headers=[("source", b"test")],
+            )
+            producer.poll(0)
+    assert producer.flush(30) == 0
+    return topic
