@@ -1,0 +1,28 @@
+"""``roundrobin``: the Java client's ``RoundRobinAssignor``.
+
+Members sorted by member_id form one circle; all subscribed topic-partitions,
+sorted by topic then partition, are dealt around it in a single walk. A member
+not subscribed to a partition's topic is skipped, which is where round-robin
+loses its balance under heterogeneous subscriptions.
+"""
+
+from __future__ import annotations
+
+from fairstream.assign.model import Assignment, GroupSnapshot
+
+__all__ = ["plan"]
+
+
+def plan(snapshot: GroupSnapshot, previous: Assignment | None = None) -> Assignment:
+    """One circular walk over sorted members, skipping non-subscribers; ``previous`` is ignored."""
+    circle = sorted(snapshot.members)
+    owners: dict[str, list[str]] = {}
+    position = 0
+    for topic in snapshot.subscribers():
+        topic_owners = owners[topic] = []
+        for _ in range(snapshot.partitions[topic]):
+            while topic not in snapshot.members[circle[position]]:
+                position = (position + 1) % len(circle)
+            topic_owners.append(circle[position])
+            position = (position + 1) % len(circle)
+    return Assignment.from_owners(snapshot.members, owners)
