@@ -190,7 +190,7 @@ def _improve(layout: _Layout, subscriptions: Mapping[str, frozenset[str]]) -> _L
     """Step 2: relieve the heaviest member, one best swap or transfer at a time."""
     total = layout.total
     budget = _RELIEF_BUDGET
-    while budget > 0:
+    while budget > 0 and total:
         giver = max(total, key=lambda m: (total[m], m))
         lighter = sorted((m for m in total if total[m] < total[giver]), key=lambda m: (total[m], m))
         budget -= len(lighter) // 8  # sorting costs about that many holdings' worth

@@ -1,0 +1,179 @@
+"""Assignor quality over random groups, and planning speed up to 100k partitions.
+
+Quality: for each random scenario (homogeneous or heterogeneous subscriptions;
+lag shaped uniform, zipf, one-hot, bimodal or all-zero) every strategy plans the
+same snapshot, and we report its largest member lag over the lower bound
+``max(total lag / members, largest partition lag)``, its count spread and its
+largest per-topic count spread. ``seed-greedy`` is the KAFKA-5337 prototype's
+per-topic greedy, written here from the seed's text as the baseline to beat.
+
+Speed: wall time of each strategy on homogeneous groups of growing size.
+
+    python benchmarks/assign_bench.py                 # 600 scenarios + speed table
+    python benchmarks/assign_bench.py --scenarios 100 --max-partitions 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fairstream.assign import STRATEGIES, Assignment, GroupSnapshot, lag_lower_bound, member_lags
+
+SHAPES = ("uniform", "zipf", "one-hot", "bimodal", "all-zero")
+Planner = Callable[[GroupSnapshot], Assignment]
+
+
+def seed_greedy(snapshot: GroupSnapshot) -> Assignment:
+    """KAFKA-5337: per topic, heaviest partition to the reader with (fewest, least lag)."""
+    owners: dict[str, list[str]] = {}
+    for topic, readers in snapshot.subscribers().items():
+        lags = snapshot.topic_lags(topic)
+        topic_owners = [""] * len(lags)
+        heap = [(0, 0, member_id) for member_id in readers]
+        for partition in sorted(range(len(lags)), key=lambda p: (-lags[p], p)):
+            count, amount, member_id = heap[0]
+            heapq.heapreplace(heap, (count + 1, amount + lags[partition], member_id))
+            topic_owners[partition] = member_id
+        owners[topic] = topic_owners
+    return Assignment.from_owners(snapshot.members, owners)
+
+
+def planners() -> dict[str, Planner]:
+    table: dict[str, Planner] = {"seed-greedy": seed_greedy}
+    for name, assignor in STRATEGIES.items():
+        table[name] = lambda snapshot, assignor=assignor: assignor(snapshot, None)  # type: ignore[misc]
+    return table
+
+
+def lags_for(shape: str, count: int, rng: random.Random) -> tuple[int, ...]:
+    if shape == "uniform":
+        return tuple(rng.randint(0, 100_000) for _ in range(count))
+    if shape == "zipf":
+        ranks = list(range(1, count + 1))
+        rng.shuffle(ranks)
+        return tuple(int(1_000_000 / rank**1.2) for rank in ranks)
+    if shape == "one-hot":
+        hot = rng.randrange(count)
+        return tuple(1_000_000 if p == hot else rng.randint(0, 100) for p in range(count))
+    if shape == "bimodal":
+        return tuple(
+            rng.randint(500_000, 1_000_000) if rng.random() < 0.2 else rng.randint(0, 5_000)
+            for _ in range(count)
+        )
+    return (0,) * count
+
+
+def scenario(rng: random.Random, homogeneous: bool, shape: str) -> GroupSnapshot:
+    topics = [f"t{i}" for i in range(rng.randint(1, 8))]
+    partitions = {topic: rng.randint(1, 48) for topic in topics}
+    members: dict[str, frozenset[str]] = {}
+    for i in range(rng.randint(2, 40)):
+        chosen = topics if homogeneous else rng.sample(topics, rng.randint(1, len(topics)))
+        members[f"m{i:02d}"] = frozenset(chosen)
+    lag = {topic: lags_for(shape, count, rng) for topic, count in partitions.items()}
+    return GroupSnapshot(members=members, partitions=partitions, lag=lag)
+
+
+def topic_spread(snapshot: GroupSnapshot, assignment: Assignment) -> int:
+    worst = 0
+    for topic, readers in snapshot.subscribers().items():
+        counts = [len(assignment.members[m].get(topic, ())) for m in readers]
+        worst = max(worst, max(counts) - min(counts))
+    return worst
+
+
+@dataclass
+class Tally:
+    ratios: list[float]
+    spreads: list[int]
+    topic_spreads: list[int]
+    worse_than_seed: int = 0
+
+
+def quality(count: int, seed: int) -> dict[tuple[str, str], Tally]:
+    rng = random.Random(seed)
+    table = planners()
+    tallies: dict[tuple[str, str], Tally] = {}
+    for index in range(count):
+        homogeneous = index % 2 == 0
+        kind = "homogeneous" if homogeneous else "heterogeneous"
+        snapshot = scenario(rng, homogeneous, SHAPES[(index // 2) % len(SHAPES)])
+        bound = lag_lower_bound(snapshot)
+        worst: dict[str, int] = {}
+        for name, planner in table.items():
+            assignment = planner(snapshot)
+            worst[name] = max(member_lags(snapshot, assignment).values())
+            tally = tallies.setdefault((kind, name), Tally([], [], []))
+            tally.ratios.append(worst[name] / bound if bound else 1.0)
+            spread = max(assignment.count(m) for m in snapshot.members) - min(
+                assignment.count(m) for m in snapshot.members
+            )
+            tally.spreads.append(spread)
+            tally.topic_spreads.append(topic_spread(snapshot, assignment))
+            tally.worse_than_seed += worst[name] > worst.get("seed-greedy", worst[name])
+    return tallies
+
+
+def print_quality(tallies: dict[tuple[str, str], Tally]) -> None:
+    print(
+        "| subscriptions | strategy | scenarios | mean max-lag/bound | p95 | max "
+        "| mean count spread | max per-topic spread | worse than seed |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for (kind, name), tally in tallies.items():
+        ratios = sorted(tally.ratios)
+        print(
+            f"| {kind} | {name} | {len(ratios)} | {statistics.fmean(ratios):.3f} "
+            f"| {ratios[int(0.95 * (len(ratios) - 1))]:.3f} | {ratios[-1]:.3f} "
+            f"| {statistics.fmean(tally.spreads):.2f} | {max(tally.topic_spreads)} "
+            f"| {tally.worse_than_seed} |"
+        )
+
+
+def speed(max_partitions: int, seed: int) -> None:
+    rng = random.Random(seed)
+    table = planners()
+    print("| partitions | members | topics | " + " | ".join(table) + " |")
+    print("|---:|---:|---:|" + "---:|" * len(table))
+    sizes = [(1_000, 10), (10_000, 100), (100_000, 1_000)]
+    for total, member_count in (s for s in sizes if s[0] <= max_partitions):
+        topics = {f"t{i}": total // 100 for i in range(100)}
+        snapshot = GroupSnapshot(
+            members={f"m{i:04d}": frozenset(topics) for i in range(member_count)},
+            partitions=topics,
+            lag={t: tuple(rng.randint(0, 100_000) for _ in range(n)) for t, n in topics.items()},
+        )
+        cells = []
+        for planner in table.values():
+            started = time.perf_counter()
+            planner(snapshot)
+            cells.append(f"{time.perf_counter() - started:.2f} s")
+        print(f"| {total} | {member_count} | 100 | " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenarios", type=int, default=600, help="random groups (default 600)")
+    parser.add_argument("--seed", type=int, default=49, help="random seed (default 49)")
+    parser.add_argument(
+        "--max-partitions",
+        type=int,
+        default=100_000,
+        help="largest speed case in partitions (default 100000, with 1000 members)",
+    )
+    parser.add_argument("--no-speed", action="store_true", help="skip the speed table")
+    args = parser.parse_args()
+    print_quality(quality(args.scenarios, args.seed))
+    if not args.no_speed:
+        print()
+        speed(args.max_partitions, args.seed)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""The planner's data model rejects bad input with a PlanError that says where."""
+
+from __future__ import annotations
+
+import pytest
+
+from fairstream.assign import Assignment, GroupSnapshot
+from fairstream.errors import PlanError
+
+
+def snapshot(**overrides: object) -> GroupSnapshot:
+    fields: dict[str, object] = {
+        "members": {"c0": frozenset({"orders"}), "c1": frozenset({"orders", "audit"})},
+        "partitions": {"orders": 3, "audit": 1},
+        "lag": {"orders": (5, 0, 7)},
+    }
+    fields.update(overrides)
+    return GroupSnapshot(**fields)  # type: ignore[arg-type]
+
+
+def test_valid_snapshot_answers_lag_per_partition() -> None:
+    group = snapshot()
+    assert group.lag_of("orders", 2) == 7
+    assert group.lag_of("audit", 0) == 0
+    assert group.topic_lags("audit") == (0,)
+    assert group.subscribers() == {"audit": ["c1"], "orders": ["c0", "c1"]}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "where", "words"),
+    [
+        pytest.param(
+            {"lag": {"orders": (1, 2)}},
+            "lag.orders",
+            "lag for topic 'orders' has 2 values but the topic has 3 partitions "
+            "(input key lag.orders); give one value per partition",
+            id="lag-length",
+        ),
+        pytest.param({"lag": {"orders": (1, -2, 0)}}, "lag.orders[1]", "is -2", id="negative-lag"),
+        pytest.param({"lag": {"billing": (1,)}}, "lag.billing", "unknown topic", id="lag-topic"),
+        pytest.param(
+            {"members": {"c0": frozenset({"billing"})}},
+            "members.c0",
+            "subscribes to unknown topic 'billing'",
+            id="unknown-subscription",
+        ),
+        pytest.param(
+            {"partitions": {"orders": -1, "audit": 1}},
+            "partitions.orders",
+            "partition count -1",
+            id="negative-count",
+        ),
+    ],
+)
+def test_bad_snapshot_names_the_key(overrides: dict[str, object], where: str, words: str) -> None:
+    with pytest.raises(PlanError) as caught:
+        snapshot(**overrides)
+    assert caught.value.where == where
+    assert words in str(caught.value)
+    assert caught.value.hint
+
+
+def test_assignment_normalises_order_and_empty_topics() -> None:
+    plan = Assignment({"c1": {"t": (2, 0)}, "c0": {"t": (), "u": (1,)}})
+    assert list(plan.members) == ["c0", "c1"]
+    assert plan.to_json() == {"c0": {"u": [1]}, "c1": {"t": [0, 2]}}
+    assert plan == Assignment({"c0": {"u": (1,)}, "c1": {"t": (0, 2)}})
+    assert plan.owner_map() == {("u", 1): "c0", ("t", 0): "c1", ("t", 2): "c1"}
+    assert plan.count("c1") == 2
+    assert plan.count("gone") == 0
+
+
+def test_from_owners_lists_idle_members() -> None:
+    plan = Assignment.from_owners(["c0", "c1", "c2"], {"t": ["c1", "c0", "c1"]})
+    assert plan.to_json() == {"c0": {"t": [1]}, "c1": {"t": [0, 2]}, "c2": {}}
+
+
+@pytest.mark.parametrize(
+    ("data", "where", "words"),
+    [
+        pytest.param({"c0": {"orders": [3]}}, "previous.c0.orders", "does not exist", id="range"),
+        pytest.param({"c0": {"billing": [0]}}, "previous.c0.billing", "unknown topic", id="topic"),
+        pytest.param(
+            {"c0": {"orders": [0]}, "c1": {"orders": [0]}},
+            "previous.c1.orders",
+            "owned by both 'c0' and 'c1'",
+            id="twice",
+        ),
+        pytest.param({"c0": {"orders": [-1]}}, "previous.c0.orders", "not a partition", id="neg"),
+    ],
+)
+def test_previous_is_checked_against_the_snapshot(
+    data: dict[str, dict[str, list[int]]], where: str, words: str
+) -> None:
+    with pytest.raises(PlanError) as caught:
+        Assignment.from_json(data, snapshot())
+    assert caught.value.where == where
+    assert words in str(caught.value)
+
+
+def test_previous_may_name_members_that_left() -> None:
+    plan = Assignment.from_json({"gone": {"orders": [1]}}, snapshot())
+    assert plan.owner_map() == {("orders", 1): "gone"}
