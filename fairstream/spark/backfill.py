@@ -68,11 +68,12 @@ class BackfillJob:
     """What to backfill and where the records go: a ``handler`` or an ``output`` directory.
 
     ``handler`` is a ``module:func`` reference or the function itself; ``output`` a
-    directory or URI for Parquet files. ``starts``/``ends`` are explicit
-    ``--from``/``--to`` bounds; ``tasks`` defaults to Spark's default parallelism;
-    ``kafka_config`` goes to every Kafka client (driver and executors), e.g.
-    ``security.protocol``; ``timeout`` is how long the driver waits for the cluster
-    and an executor waits for progress on a range before the job fails.
+    directory or URI for Parquet files; ``master`` as in :func:`build_session`.
+    ``starts``/``ends`` are explicit ``--from``/``--to`` bounds; ``tasks`` defaults
+    to Spark's default parallelism; ``kafka_config`` goes to every Kafka client
+    (driver and executors), e.g. ``security.protocol``; ``timeout`` is how long the
+    driver waits for the cluster and an executor waits for progress on a range
+    before the job fails.
 
     :raises ConfigError: on construction, when a field is out of range or neither
         or both of ``handler`` and ``output`` are given.
@@ -83,7 +84,7 @@ class BackfillJob:
     topics: tuple[str, ...]
     handler: str | Handler | None = None
     output: str | None = None
-    master: str = "local[*]"
+    master: str | None = None
     chunk: int = 100_000
     tasks: int | None = None
     commit: bool = True
@@ -132,20 +133,26 @@ class BackfillResult:
     seconds: float
 
 
-def build_session(master: str = "local[*]", app_name: str = "fairstream-backfill") -> SparkSession:
+def build_session(master: str | None = None, app_name: str = "fairstream-backfill") -> SparkSession:
     """The active Spark session, or a new one on ``master``, set up for backfills.
 
-    Executors run the interpreter that runs the driver (``PYSPARK_PYTHON``), and a
-    local master binds to 127.0.0.1 (``SPARK_LOCAL_IP``); both only when the
-    environment does not already say otherwise, as under spark-submit.
+    Under spark-submit the master and the executors' Python come from spark-submit
+    (``master`` still wins when given). Otherwise ``master`` defaults to
+    ``local[*]``, executors run the interpreter that runs the driver
+    (``PYSPARK_PYTHON``), and a local master binds to 127.0.0.1 (``SPARK_LOCAL_IP``);
+    environment variables that are already set are left alone.
     """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if master.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # PySpark's own test for "the JVM was started by spark-submit" (java_gateway.py).
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        master = master or "local[*]"
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+        if master.startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     spark = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.showConsoleProgress", "false")
+        builder.config("spark.ui.showConsoleProgress", "false")
         # Parquet readers other than Spark (pyarrow, DuckDB) expect INT64 micros, not INT96.
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .getOrCreate()
@@ -162,10 +169,12 @@ def run_backfill(job: BackfillJob, *, spark: SparkSession | None = None) -> Back
     :raises BackfillError: the Spark job failed; nothing was committed.
     :raises CommitError: the job succeeded but the commit was refused.
     """
+    began = time.monotonic()
+    sink = _sink(job)
     states = read_states(
         job.bootstrap, job.group_id, job.topics, kafka_config=job.kafka_config, timeout=job.timeout
     )
-    return _execute(job, states, spark)
+    return _execute(job, sink, states, spark, began)
 
 
 def submit_shadow_backfill(
@@ -176,7 +185,7 @@ def submit_shadow_backfill(
     partition: int,
     shadow: OffsetRange,
     handler: str | Handler,
-    master: str = "local[*]",
+    master: str | None = None,
     chunk: int = 100_000,
     kafka_config: Mapping[str, str] | None = None,
 ) -> BackfillResult:
@@ -209,20 +218,31 @@ def submit_shadow_backfill(
         kafka_config=dict(kafka_config or {}),
         progress=False,
     )
-    states = read_states(bootstrap, group_id, (topic,), kafka_config=job.kafka_config)
-    return _execute(job, [s for s in states if s.partition == partition], None)
+    began = time.monotonic()
+    sink = _sink(job)
+    states = read_states(
+        bootstrap, group_id, (topic,), kafka_config=job.kafka_config, timeout=job.timeout
+    )
+    return _execute(job, sink, [s for s in states if s.partition == partition], None, began)
+
+
+def _sink(job: BackfillJob) -> Handler | str:
+    """The loaded handler, or the output directory checked to be new."""
+    if job.handler is not None:
+        return load_handler(job.handler) if isinstance(job.handler, str) else job.handler
+    output = job.output or ""  # __post_init__ saw exactly one of output and handler
+    if "://" not in output and _non_empty_dir(output):
+        raise ConfigError("--output", output, "exists and is not empty", "choose a new directory")
+    return output
 
 
 def _execute(
-    job: BackfillJob, states: list[PartitionState], spark: SparkSession | None
+    job: BackfillJob,
+    sink: Handler | str,
+    states: list[PartitionState],
+    spark: SparkSession | None,
+    began: float,
 ) -> BackfillResult:
-    began = time.monotonic()
-    output = job.output or ""  # __post_init__ saw exactly one of output and handler
-    if job.handler is None and "://" not in output and _non_empty_dir(output):
-        raise ConfigError("--output", output, "exists and is not empty", "choose a new directory")
-    sink: Handler | str = output
-    if job.handler is not None:
-        sink = load_handler(job.handler) if isinstance(job.handler, str) else job.handler
     ranges = plan_ranges(states, starts=job.starts, ends=job.ends)
     commits = plan_commits(states, ranges) if job.commit else []
     if not ranges:
