@@ -8,13 +8,22 @@ stderr and exit status 2; anything else keeps its traceback, because it is a bug
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fairstream.errors import ConfigError, FairstreamError
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from fairstream.assign import Assignment, GroupSnapshot, PlanStats
 
 __all__ = ["main"]
 
@@ -218,6 +227,202 @@ def _run_backfill(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- plan ---------------------------------------------------------------------------
+
+
+def _add_plan(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "plan",
+        help="show how a strategy assigns a group's partitions, with lag figures",
+        description=(
+            "Offline: read a JSON document (members, partitions, optional lag and previous) "
+            "and print the chosen strategy's assignment with its figures. Live what-if: "
+            "with --group, read the group's members, subscriptions, current assignment and "
+            "lags from the cluster and show the current assignment beside every strategy's."
+        ),
+    )
+    parser.add_argument(
+        "--strategy",
+        metavar="{range,roundrobin,sticky,fair,lag}",
+        help="assignment strategy (required offline; with --group, show only this one)",
+    )
+    parser.add_argument(
+        "--input",
+        metavar="FILE|-",
+        default="-",
+        help="JSON document to plan (default: - for stdin); see examples/plan_whatif.json",
+    )
+    parser.add_argument(
+        "--format", choices=["json", "table"], default="table", help="output (default: table)"
+    )
+    parser.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT",
+        default=_bootstrap_default(),
+        help="cluster for --group (default: $FAIRSTREAM_BOOTSTRAP)",
+    )
+    parser.add_argument("--group", metavar="G", help="plan the live consumer group G (what-if)")
+    parser.add_argument(
+        "--auto-offset-reset",
+        choices=["latest", "earliest"],
+        default="latest",
+        help="the group's auto.offset.reset, for partitions it never committed: latest "
+        "counts them as 0 lag, earliest as everything retained (default: latest)",
+    )
+    parser.set_defaults(run=_run_plan)
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    from fairstream.assign import STRATEGIES, read_document, resolve, stats
+
+    if args.group is not None:
+        return _run_whatif(args)
+    if args.strategy is None:
+        raise ConfigError(
+            "--strategy", None, "no strategy given", f"choose one of {', '.join(STRATEGIES)}"
+        )
+    assignor = resolve(args.strategy, field="--strategy")
+    snapshot, previous = read_document(_read_input(args.input))
+    result = assignor(snapshot, previous)
+    figures = stats(snapshot, result, previous)
+    if args.format == "json":
+        document = {
+            "strategy": args.strategy,
+            "assignment": result.to_json(),
+            "stats": dataclasses.asdict(figures),
+        }
+        print(json.dumps(document))
+        return 0
+    from fairstream.assign import member_lags
+
+    lags = member_lags(snapshot, result)
+    table = _table(f"fairstream plan --strategy {args.strategy}", "member")
+    for column in ("partitions", "lag"):
+        table.add_column(column, justify="right")
+    table.add_column("assigned")
+    for member_id, topics in result.members.items():
+        table.add_row(
+            member_id, str(result.count(member_id)), f"{lags[member_id]:,}", _compact(topics)
+        )
+    _print(table, _figures_table({args.strategy: figures}))
+    return 0
+
+
+def _read_input(source: str) -> str:
+    if source == "-":
+        return sys.stdin.read()
+    try:
+        return Path(source).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ConfigError(
+            "--input", source, f"cannot read the file ({reason})", "give a JSON file or - for stdin"
+        ) from exc
+
+
+def _run_whatif(args: argparse.Namespace) -> int:
+    import anyio
+
+    from fairstream.assign import STRATEGIES, member_lags, resolve, stats
+
+    if not args.bootstrap:
+        raise ConfigError(
+            "--bootstrap",
+            None,
+            "--group needs a cluster",
+            "pass --bootstrap or set FAIRSTREAM_BOOTSTRAP",
+        )
+    names = [args.strategy] if args.strategy else list(STRATEGIES)
+    for name in names:
+        resolve(name, field="--strategy")
+
+    async def read_group() -> tuple[GroupSnapshot, Assignment]:
+        from fairstream.runtime._admin import BrokerAdmin
+
+        async with BrokerAdmin(args.bootstrap) as admin:
+            return await admin.group_snapshot(args.group, auto_offset_reset=args.auto_offset_reset)
+
+    snapshot, current = anyio.run(read_group)
+    if not snapshot.members:
+        raise ConfigError(
+            "--group",
+            args.group,
+            "the group has no active members",
+            "start its consumers first, or plan offline with --input",
+        )
+    plans = {"current": current} | {name: STRATEGIES[name](snapshot, current) for name in names}
+    figures = {name: stats(snapshot, result, current) for name, result in plans.items()}
+    if args.format == "json":
+        document = {
+            "group": args.group,
+            "plans": {
+                name: {"assignment": result.to_json(), "stats": dataclasses.asdict(figures[name])}
+                for name, result in plans.items()
+            },
+        }
+        print(json.dumps(document))
+        return 0
+    table = _table(f"group {args.group}: partitions / lag per member", "member")
+    for name in plans:
+        table.add_column(name, justify="right")
+    lags = {name: member_lags(snapshot, result) for name, result in plans.items()}
+    for member_id in sorted(snapshot.members):
+        table.add_row(
+            member_id,
+            *(f"{plans[n].count(member_id)} / {lags[n][member_id]:,}" for n in plans),
+        )
+    _print(table, _figures_table(figures))
+    return 0
+
+
+def _table(title: str, first: str) -> Table:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    table.add_column(first)
+    return table
+
+
+def _figures_table(figures: Mapping[str, PlanStats]) -> Table:
+    table = _table("figures", "plan")
+    for column in ("max member lag", "lower bound", "ratio", "count spread", "moved"):
+        table.add_column(column, justify="right")
+    for name, f in figures.items():
+        ratio = f.max_member_lag / f.lag_lower_bound if f.lag_lower_bound else 1.0
+        table.add_row(
+            name,
+            f"{f.max_member_lag:,}",
+            f"{f.lag_lower_bound:,.0f}",
+            f"{ratio:.3f}",
+            str(f.count_spread),
+            str(f.moved),
+        )
+    return table
+
+
+def _print(*tables: Table) -> None:
+    from rich.console import Console
+
+    console = Console()
+    for table in tables:
+        console.print(table)
+
+
+def _compact(topics: Mapping[str, tuple[int, ...]]) -> str:
+    """``t1:0-2,5 t2:1``: runs of partitions written as ranges."""
+    parts = []
+    for topic, partitions in topics.items():
+        runs: list[list[int]] = []
+        for p in partitions:
+            if runs and p == runs[-1][1] + 1:
+                runs[-1][1] = p
+            else:
+                runs.append([p, p])
+        spans = ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+        parts.append(f"{topic}:{spans}")
+    return " ".join(parts)
+
+
 # --- entry point --------------------------------------------------------------------
 
 
@@ -235,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_broker(commands)
     _add_backfill(commands)
+    _add_plan(commands)
     return parser
 
 

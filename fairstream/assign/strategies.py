@@ -13,7 +13,7 @@ from fairstream.assign.roundrobin import plan as roundrobin_plan
 from fairstream.assign.sticky import plan as sticky_plan
 from fairstream.errors import ConfigError
 
-__all__ = ["STRATEGIES", "plan"]
+__all__ = ["STRATEGIES", "plan", "resolve"]
 
 STRATEGIES: Mapping[str, Assignor] = MappingProxyType(
     {
@@ -27,17 +27,26 @@ STRATEGIES: Mapping[str, Assignor] = MappingProxyType(
 """Strategy name -> planner; the names are the CLI's ``--strategy`` values."""
 
 
+def resolve(strategy: str, *, field: str = "strategy") -> Assignor:
+    """The planner for a strategy name, checked where the name enters (config, CLI).
+
+    :raises ConfigError: ``strategy`` is not one of :data:`STRATEGIES`; ``field``
+        names the setting in the message.
+    """
+    assignor = STRATEGIES.get(strategy)
+    if assignor is None:
+        raise ConfigError(
+            field,
+            strategy,
+            "unknown assignment strategy",
+            f"choose one of {', '.join(STRATEGIES)}",
+        )
+    return assignor
+
+
 def plan(strategy: str, snapshot: GroupSnapshot, previous: Assignment | None = None) -> Assignment:
     """Run the named strategy, so callers can take the name from config or the CLI.
 
     :raises ConfigError: ``strategy`` is not one of :data:`STRATEGIES`.
     """
-    assignor = STRATEGIES.get(strategy)
-    if assignor is None:
-        raise ConfigError(
-            "strategy",
-            strategy,
-            "unknown assignment strategy",
-            f"choose one of {', '.join(STRATEGIES)}",
-        )
-    return assignor(snapshot, previous)
+    return resolve(strategy)(snapshot, previous)

@@ -1,0 +1,320 @@
+"""Broker queries behind planning: offsets, lags and who is in a group.
+
+Used by the assignor adapters (before each join), by ``fairstream plan --bootstrap``
+and by the runtime. Every aiokafka failure becomes a :class:`BrokerError` that says
+which query failed.
+
+End offsets come from a fetch's high watermark, not from ListOffsets(latest):
+tansu answers the latter with the last batch's base offset + 1, which undercounts
+lag. The fetch starts at ListOffsets(latest) - a valid offset at or before the
+true end on every engine - so it reads at most one batch per partition.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal, final
+
+import structlog
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.coordinator.protocol import ConsumerProtocol
+from aiokafka.errors import KafkaError
+
+from fairstream.assign import Assignment, GroupSnapshot
+from fairstream.errors import BrokerError, ConfigError
+
+__all__ = [
+    "AutoOffsetReset",
+    "BrokerAdmin",
+    "Committed",
+    "GroupDescription",
+    "MemberDescription",
+    "partition_lag",
+]
+
+log = structlog.get_logger(__name__)
+
+AutoOffsetReset = Literal["latest", "earliest"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Committed:
+    """A group's committed offset for one partition, with its metadata string."""
+
+    offset: int
+    metadata: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemberDescription:
+    """One group member as the coordinator sees it."""
+
+    member_id: str
+    client_id: str
+    host: str
+    topics: frozenset[str]
+    assignment: Mapping[str, tuple[int, ...]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupDescription:
+    """A consumer group's state, protocol (the assignor's name) and members."""
+
+    group_id: str
+    state: str
+    protocol: str
+    members: Mapping[str, MemberDescription]
+
+    def current(self) -> Assignment:
+        """The assignment the members hold now."""
+        return Assignment({m: d.assignment for m, d in self.members.items()})
+
+
+def partition_lag(
+    end: int, committed: int | None, log_start: int, auto_offset_reset: AutoOffsetReset
+) -> int:
+    """Records a group has still to read in one partition (KAFKA-5337's rule).
+
+    Without a commit, ``auto.offset.reset`` decides where the group would start:
+    ``latest`` means nothing is behind, ``earliest`` means everything retained is.
+    """
+    if committed is not None:
+        return max(end - max(committed, log_start), 0)
+    return 0 if auto_offset_reset == "latest" else max(end - log_start, 0)
+
+
+@final
+class BrokerAdmin:
+    """A connection for planning queries; ``async with BrokerAdmin(bootstrap) as admin:``.
+
+    Holds one admin client and one group-less consumer (for fetch high watermarks).
+    """
+
+    def __init__(self, bootstrap: str, *, request_timeout_ms: int = 30_000) -> None:
+        self.bootstrap = bootstrap
+        self._timeout_ms = request_timeout_ms
+        self._admin: AIOKafkaAdminClient | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+
+    async def start(self) -> None:
+        """Connect both clients; idempotent."""
+        if self._admin is not None:
+            return
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self.bootstrap,
+            client_id="fairstream-admin",
+            request_timeout_ms=self._timeout_ms,
+        )
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            client_id="fairstream-admin",
+            enable_auto_commit=False,
+            request_timeout_ms=self._timeout_ms,
+            fetch_max_wait_ms=100,
+            max_partition_fetch_bytes=64 * 1024,
+        )
+        try:
+            await admin.start()
+            await consumer.start()
+        except KafkaError as exc:
+            await admin.close()
+            await consumer.stop()
+            raise self._error("could not connect to the cluster", exc) from exc
+        self._admin, self._consumer = admin, consumer
+
+    async def aclose(self) -> None:
+        """Close both clients; safe to call twice."""
+        admin, consumer = self._admin, self._consumer
+        self._admin = self._consumer = None
+        if consumer is not None:
+            await consumer.stop()
+        if admin is not None:
+            await admin.close()
+
+    async def __aenter__(self) -> BrokerAdmin:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def _clients(self) -> tuple[AIOKafkaAdminClient, AIOKafkaConsumer]:
+        if self._admin is None or self._consumer is None:
+            raise ConfigError(
+                "BrokerAdmin", self.bootstrap, "not started", "use 'async with BrokerAdmin(...)'"
+            )
+        return self._admin, self._consumer
+
+    def _error(self, what: str, exc: BaseException) -> BrokerError:
+        retriable = bool(getattr(exc, "retriable", False))
+        return BrokerError(
+            f"{what}: {type(exc).__name__}: {exc}", bootstrap=self.bootstrap, retriable=retriable
+        )
+
+    async def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
+        """Topic -> partition count, for the topics that exist (others are left out)."""
+        admin, _ = self._clients()
+        wanted = sorted(set(topics))
+        if not wanted:
+            return {}
+        try:
+            described = await admin.describe_topics(wanted)
+        except KafkaError as exc:
+            raise self._error(f"could not describe topics {wanted}", exc) from exc
+        return {
+            entry["topic"]: len(entry["partitions"])
+            for entry in described
+            if entry["error_code"] == 0 and entry["partitions"]
+        }
+
+    async def end_offsets(
+        self, partitions: Iterable[TopicPartition], *, timeout_s: float = 30.0
+    ) -> dict[TopicPartition, int]:
+        """The high watermark of each partition, read from a fetch response."""
+        _, consumer = self._clients()
+        wanted = sorted(set(partitions))
+        if not wanted:
+            return {}
+        deadline = time.monotonic() + timeout_s
+        try:
+            consumer.assign(wanted)
+            await consumer.seek_to_end(*wanted)
+            while any(consumer.highwater(tp) is None for tp in wanted):
+                if time.monotonic() > deadline:
+                    missing = [tp for tp in wanted if consumer.highwater(tp) is None]
+                    raise BrokerError(
+                        f"no fetch response for {len(missing)} partition(s), e.g. {missing[0]}, "
+                        f"within {timeout_s:.0f} s; check that their leaders are up",
+                        bootstrap=self.bootstrap,
+                        retriable=True,
+                    )
+                await consumer.getmany(*wanted, timeout_ms=100)
+            return {tp: consumer.highwater(tp) for tp in wanted}
+        except KafkaError as exc:
+            raise self._error("could not read end offsets", exc) from exc
+        finally:
+            consumer.unsubscribe()
+
+    async def log_start_offsets(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """The first retained offset of each partition."""
+        _, consumer = self._clients()
+        wanted = sorted(set(partitions))
+        if not wanted:
+            return {}
+        try:
+            offsets: dict[TopicPartition, int] = await consumer.beginning_offsets(wanted)
+        except KafkaError as exc:
+            raise self._error("could not read log start offsets", exc) from exc
+        return offsets
+
+    async def committed_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, Committed | None]:
+        """The group's commit (offset and metadata) per partition; ``None`` if never committed."""
+        admin, _ = self._clients()
+        # Always name the partitions: tansu fails an OffsetFetch for "all partitions".
+        wanted = sorted(set(partitions))
+        if not wanted:
+            return {}
+        try:
+            found = await admin.list_consumer_group_offsets(group_id, partitions=wanted)
+        except KafkaError as exc:
+            raise self._error(
+                f"could not read group {group_id!r}'s committed offsets", exc
+            ) from exc
+        result: dict[TopicPartition, Committed | None] = dict.fromkeys(wanted)
+        for tp, meta in found.items():
+            if meta.offset >= 0:
+                result[tp] = Committed(offset=meta.offset, metadata=meta.metadata or "")
+        return result
+
+    async def topic_lags(
+        self,
+        group_id: str,
+        partitions: Mapping[str, int],
+        *,
+        auto_offset_reset: AutoOffsetReset = "latest",
+    ) -> dict[str, tuple[int, ...]]:
+        """Topic -> the group's lag per partition, for topics with the given counts."""
+        wanted = [TopicPartition(t, p) for t, count in partitions.items() for p in range(count)]
+        ends = await self.end_offsets(wanted)
+        committed = await self.committed_offsets(group_id, wanted)
+        starts = await self.log_start_offsets(wanted)
+        return {
+            topic: tuple(
+                partition_lag(
+                    ends[tp],
+                    None if (c := committed[tp]) is None else c.offset,
+                    starts[tp],
+                    auto_offset_reset,
+                )
+                for tp in (TopicPartition(topic, p) for p in range(count))
+            )
+            for topic, count in partitions.items()
+        }
+
+    async def describe_group(self, group_id: str) -> GroupDescription:
+        """Members with their subscriptions and current assignment, from the coordinator."""
+        admin, _ = self._clients()
+        try:
+            responses = await admin.describe_consumer_groups([group_id])
+        except KafkaError as exc:
+            raise self._error(f"could not describe group {group_id!r}", exc) from exc
+        group = responses[0].to_object()["groups"][0]
+        if group["error_code"]:
+            raise BrokerError(
+                f"describing group {group_id!r} failed with error code {group['error_code']}",
+                bootstrap=self.bootstrap,
+            )
+        members: dict[str, MemberDescription] = {}
+        for member in group["members"]:
+            topics: frozenset[str] = frozenset()
+            owned: dict[str, tuple[int, ...]] = {}
+            if group["protocol_type"] == "consumer" and member["member_metadata"]:
+                metadata = ConsumerProtocol.METADATA.decode(member["member_metadata"])
+                topics = frozenset(metadata.subscription)
+            if group["protocol_type"] == "consumer" and member["member_assignment"]:
+                assignment = ConsumerProtocol.ASSIGNMENT.decode(member["member_assignment"])
+                owned = {topic: tuple(ps) for topic, ps in assignment.assignment}
+            members[member["member_id"]] = MemberDescription(
+                member_id=member["member_id"],
+                client_id=member["client_id"],
+                host=member["client_host"],
+                topics=topics,
+                assignment=owned,
+            )
+        return GroupDescription(
+            group_id=group_id, state=group["state"], protocol=group["protocol"], members=members
+        )
+
+    async def group_snapshot(
+        self, group_id: str, *, auto_offset_reset: AutoOffsetReset = "latest"
+    ) -> tuple[GroupSnapshot, Assignment]:
+        """The planner's view of a live group, and the assignment its members hold now.
+
+        Topics that no longer exist are dropped from subscriptions (with a warning),
+        since no plan can hand them out.
+        """
+        group = await self.describe_group(group_id)
+        subscribed = {t for member in group.members.values() for t in member.topics}
+        counts = await self.partition_counts(subscribed)
+        for topic in sorted(subscribed - counts.keys()):
+            log.warning("topic_missing", group_id=group_id, topic=topic, reason="not_in_metadata")
+        lag = await self.topic_lags(group_id, counts, auto_offset_reset=auto_offset_reset)
+        snapshot = GroupSnapshot(
+            members={m: d.topics & counts.keys() for m, d in group.members.items()},
+            partitions=counts,
+            lag=lag,
+        )
+        return snapshot, group.current()

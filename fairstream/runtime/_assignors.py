@@ -1,0 +1,302 @@
+"""aiokafka adapters around the pure planners in :mod:`fairstream.assign`.
+
+aiokafka's coordinator calls ``assignor.assign(cluster, members)`` on whatever
+object sits in ``partition_assignment_strategy`` (the base class declares it a
+classmethod, but the call is made on the list entry), so an *instance* works and
+keeps its state to itself - unlike aiokafka's sticky assignor, whose class-level
+state every consumer in a process shares (aiokafka issue #1175).
+
+``assign`` runs synchronously inside the coordinator, so it never touches the
+network (the KAFKA-5337 prototype blocks there). For ``lag``, each member reads
+the group's lags asynchronously just before it joins - aiokafka awaits the
+rebalance listener's ``on_partitions_revoked`` before every join, the first one
+included - and the leader's ``assign`` uses that reading. If it is missing,
+stale or does not cover the group's topics, the leader plans ``fair`` instead and
+logs ``lag_snapshot_unusable`` with a ``reason``.
+
+Each member also reports the partitions it owns in its join metadata, so the
+leader can hand the planners a previous assignment whoever led last time.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, final
+
+import structlog
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.cluster import ClusterMetadata
+from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
+from aiokafka.coordinator.protocol import (
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
+
+from fairstream.assign import STRATEGIES, Assignment, GroupSnapshot, resolve
+from fairstream.errors import BrokerError, ConfigError
+from fairstream.runtime._admin import AutoOffsetReset, BrokerAdmin
+
+__all__ = ["LagReading", "PlanRecord", "PlanningAssignor", "make_assignor"]
+
+log = structlog.get_logger(__name__)
+
+_FALLBACK = "fair"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LagReading:
+    """The group's lag per partition, and when (on the assignor's clock) it was read."""
+
+    lag: Mapping[str, tuple[int, ...]]
+    taken_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanRecord:
+    """What the leader planned last: its input and output, for logs and tests."""
+
+    strategy: str
+    snapshot: GroupSnapshot
+    previous: Assignment | None
+    assignment: Assignment
+
+
+@final
+class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
+    """One fairstream strategy as an aiokafka ``partition_assignment_strategy`` entry.
+
+    Build it with :func:`make_assignor`; give every consumer its own instance.
+    """
+
+    version = 0
+
+    def __init__(
+        self,
+        strategy: str,
+        *,
+        bootstrap: str | None = None,
+        group_id: str | None = None,
+        auto_offset_reset: AutoOffsetReset = "latest",
+        max_lag_age_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        resolve(strategy)
+        if strategy == "lag" and (not bootstrap or not group_id):
+            raise ConfigError(
+                "assignor",
+                strategy,
+                "the lag strategy reads the group's lag from the cluster",
+                "pass bootstrap= and group_id= to make_assignor",
+            )
+        self.strategy = strategy
+        self._bootstrap = bootstrap or ""
+        self._group_id = group_id or ""
+        self._reset: AutoOffsetReset = auto_offset_reset
+        self._max_age = max_lag_age_s
+        self._clock = clock
+        self._admin: BrokerAdmin | None = None
+        self._reading: LagReading | None = None
+        self._owned: dict[str, list[int]] = {}
+        self._group_topics: frozenset[str] = frozenset()
+        self.last_plan: PlanRecord | None = None
+
+    @property
+    def name(self) -> str:
+        """The protocol name sent in JoinGroup; all members must offer the same one."""
+        return f"fairstream-{self.strategy}"
+
+    # --- aiokafka's assignor interface (synchronous, no I/O) ---------------------
+
+    def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
+        """Join metadata: our subscription, and the partitions we own in the user data."""
+        owned = json.dumps(self._owned, separators=(",", ":"), sort_keys=True).encode()
+        return ConsumerProtocolMemberMetadata(self.version, sorted(topics), owned)
+
+    def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
+        """Remember what we were given, to report it at the next join."""
+        self._owned = {topic: sorted(ps) for topic, ps in assignment.assignment if ps}
+
+    def assign(
+        self, cluster: ClusterMetadata, members: Mapping[str, ConsumerProtocolMemberMetadata]
+    ) -> dict[str, ConsumerProtocolMemberAssignment]:
+        """Plan the group (leader only) from metadata and the last lag reading."""
+        subscriptions = {m: frozenset(meta.subscription) for m, meta in members.items()}
+        counts: dict[str, int] = {}
+        for topic in sorted(set().union(*subscriptions.values())):
+            partitions = cluster.partitions_for_topic(topic)
+            if partitions:
+                counts[topic] = len(partitions)
+            else:
+                log.warning("topic_missing", topic=topic, reason="not_in_metadata")
+        self._group_topics = frozenset(counts)
+        strategy, reason = self.strategy, ""
+        lag: dict[str, tuple[int, ...]] = {}
+        if strategy == "lag":
+            lag, reason = self._lag_for(counts)
+        if reason:
+            log.warning("lag_snapshot_unusable", reason=reason, fallback=_FALLBACK)
+            strategy = _FALLBACK
+        snapshot = GroupSnapshot(
+            members={m: topics & counts.keys() for m, topics in subscriptions.items()},
+            partitions=counts,
+            lag=lag,
+        )
+        previous = _reported_owners(members, counts)
+        result = STRATEGIES[strategy](snapshot, previous)
+        self.last_plan = PlanRecord(
+            strategy=strategy, snapshot=snapshot, previous=previous, assignment=result
+        )
+        log.info(
+            "assignment_planned",
+            strategy=strategy,
+            members=len(members),
+            partitions=sum(counts.values()),
+        )
+        return {
+            member_id: ConsumerProtocolMemberAssignment(
+                self.version,
+                [(topic, list(ps)) for topic, ps in result.members[member_id].items()],
+                b"",
+            )
+            for member_id in members
+        }
+
+    def _lag_for(self, counts: Mapping[str, int]) -> tuple[dict[str, tuple[int, ...]], str]:
+        """The reading's lag for these topics, or why it cannot be used."""
+        reading = self._reading
+        if reading is None:
+            return {}, "no_lag_snapshot"
+        if self._clock() - reading.taken_at > self._max_age:
+            return {}, "lag_snapshot_stale"
+        if any(len(reading.lag.get(topic, ())) != count for topic, count in counts.items()):
+            return {}, "lag_snapshot_incomplete"
+        return {topic: reading.lag[topic] for topic in counts}, ""
+
+    # --- asynchronous side: runs before each join ----------------------------------
+
+    async def refresh_lag(self, topics: Iterable[str]) -> None:
+        """Read the group's lag for ``topics`` and the group's last known topics.
+
+        Await it before every join (the listener from :meth:`listener` does); a
+        failure is logged and leaves the previous reading, which may then be stale.
+        """
+        if self.strategy != "lag":
+            return
+        wanted = set(topics) | self._group_topics
+        try:
+            if self._admin is None:
+                self._admin = BrokerAdmin(self._bootstrap)
+            await self._admin.start()
+            counts = await self._admin.partition_counts(wanted)
+            lag = await self._admin.topic_lags(
+                self._group_id, counts, auto_offset_reset=self._reset
+            )
+        except BrokerError as exc:
+            log.warning("lag_refresh_failed", group_id=self._group_id, reason=str(exc))
+            return
+        self._reading = LagReading(lag=lag, taken_at=self._clock())
+
+    def listener(
+        self, consumer: AIOKafkaConsumer, inner: ConsumerRebalanceListener | None = None
+    ) -> ConsumerRebalanceListener:
+        """A rebalance listener that refreshes lag before each join, after ``inner``'s revoke."""
+        return _RefreshingListener(self, consumer, inner)
+
+    async def aclose(self) -> None:
+        """Close the connection used for lag readings."""
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            await admin.aclose()
+
+
+def make_assignor(
+    strategy: str,
+    *,
+    bootstrap: str | None = None,
+    group_id: str | None = None,
+    auto_offset_reset: AutoOffsetReset = "latest",
+    max_lag_age_s: float = 30.0,
+) -> PlanningAssignor:
+    """An adapter for ``partition_assignment_strategy=[...]``; one per consumer.
+
+    ``lag`` needs ``bootstrap`` and ``group_id`` to read lags; pass
+    ``assignor.listener(consumer)`` (or await ``assignor.refresh_lag(topics)`` in
+    your own ``on_partitions_revoked``) so a fresh reading exists at each join.
+
+    :raises ConfigError: unknown strategy, or ``lag`` without bootstrap/group_id.
+    """
+    return PlanningAssignor(
+        strategy,
+        bootstrap=bootstrap,
+        group_id=group_id,
+        auto_offset_reset=auto_offset_reset,
+        max_lag_age_s=max_lag_age_s,
+    )
+
+
+@final
+class _RefreshingListener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(
+        self,
+        assignor: PlanningAssignor,
+        consumer: AIOKafkaConsumer,
+        inner: ConsumerRebalanceListener | None,
+    ) -> None:
+        self._assignor = assignor
+        self._consumer = consumer
+        self._inner = inner
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        # The inner listener may commit first, so the lag read afterwards is current.
+        if self._inner is not None:
+            await _maybe_await(self._inner.on_partitions_revoked(revoked))
+        await self._assignor.refresh_lag(self._consumer.subscription())
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        if self._inner is not None:
+            await _maybe_await(self._inner.on_partitions_assigned(assigned))
+
+
+async def _maybe_await(result: Any) -> None:
+    if inspect.isawaitable(result):
+        await result
+
+
+def _reported_owners(
+    members: Mapping[str, ConsumerProtocolMemberMetadata], counts: Mapping[str, int]
+) -> Assignment | None:
+    """The previous assignment members report; partitions claimed twice are dropped."""
+    claims: dict[tuple[str, int], list[str]] = {}
+    for member_id, meta in sorted(members.items()):
+        for topic, partitions in _decode_owned(member_id, meta.user_data).items():
+            for partition in partitions:
+                if topic in counts and 0 <= partition < counts[topic]:
+                    claims.setdefault((topic, partition), []).append(member_id)
+    owned: dict[str, dict[str, list[int]]] = {}
+    for (topic, partition), claimants in claims.items():
+        if len(claimants) == 1:
+            owned.setdefault(claimants[0], {}).setdefault(topic, []).append(partition)
+    if not owned:
+        return None
+    return Assignment(
+        {m: {t: tuple(ps) for t, ps in topics.items()} for m, topics in owned.items()}
+    )
+
+
+def _decode_owned(member_id: str, user_data: bytes) -> dict[str, list[int]]:
+    if not user_data:
+        return {}
+    try:
+        decoded = json.loads(user_data)
+    except ValueError:
+        decoded = None
+    if not isinstance(decoded, dict) or not all(
+        isinstance(ps, list) and all(isinstance(p, int) for p in ps) for ps in decoded.values()
+    ):
+        log.warning("owned_partitions_unreadable", member_id=member_id, reason="not_our_format")
+        return {}
+    return decoded
