@@ -5,13 +5,34 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Literal
+from contextvars import ContextVar
+from typing import Any, Literal
 
 import structlog
 
-__all__ = ["LogFormat", "configure"]
+__all__ = ["LogFormat", "add_record_context", "configure", "current_record"]
 
 LogFormat = Literal["console", "json", "auto"]
+
+current_record: ContextVar[Any] = ContextVar("fairstream_current_record", default=None)
+"""The record being handled in this task; set by the engine once per record."""
+
+
+def add_record_context(
+    _logger: object, _method: str, event: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    """Add the coordinates of the record being handled (topic, partition, offset).
+
+    The engine sets one context variable per record, which costs next to nothing;
+    this processor reads it only when something is actually logged. Add it to your
+    own structlog chain if you configure structlog yourself.
+    """
+    record = current_record.get()
+    if record is not None:
+        event.setdefault("topic", record.topic)
+        event.setdefault("partition", record.partition)
+        event.setdefault("offset", record.offset)
+    return event
 
 
 def configure(fmt: LogFormat = "auto", level: int | str = logging.INFO) -> None:
@@ -19,8 +40,8 @@ def configure(fmt: LogFormat = "auto", level: int | str = logging.INFO) -> None:
 
     ``auto`` picks the console renderer in a terminal and JSON lines otherwise, so
     a service under systemd or Kubernetes logs machine-readable lines by default.
-    ``merge_contextvars`` is installed so that the record coordinates bound around
-    each handler call (topic, partition, offset) appear in the user's own logs.
+    :func:`add_record_context` is installed so that the coordinates of the record
+    being handled (topic, partition, offset) appear in the user's own logs.
     """
     if isinstance(level, str):
         level = logging.getLevelNamesMapping()[level.upper()]
@@ -34,6 +55,7 @@ def configure(fmt: LogFormat = "auto", level: int | str = logging.INFO) -> None:
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            add_record_context,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.dict_tracebacks if fmt == "json" else structlog.dev.set_exc_info,

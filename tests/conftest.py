@@ -32,6 +32,17 @@ class Broker:
     def keeps_commit_metadata(self) -> bool:
         return self.info is None or self.info.keeps_commit_metadata
 
+    def instance_id(self, name: str) -> str | None:
+        """A static member id where the engine needs one (see ENGINES' quirks).
+
+        noida never evicts a member, and answers a commit racing a rebalance with
+        ILLEGAL_GENERATION, after which a client rejoins under a new member id and
+        the old id stalls the group. A static instance id replaces the old member.
+        """
+        if self.info is not None and not self.info.evicts_dead_members:
+            return name
+        return None
+
 
 _ENGINE_PARAMS = ["external"] if EXTERNAL else list(ENGINES)
 

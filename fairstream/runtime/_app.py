@@ -23,7 +23,7 @@ from fairstream.config import (
     SecurityConfig,
     from_env,
 )
-from fairstream.errors import ConfigError
+from fairstream.errors import ConfigError, FairstreamError
 from fairstream.runtime._clients import AIOKafkaClients, KafkaClients
 from fairstream.runtime._decode import Decoder, decoder_for
 from fairstream.runtime._engine import Ack, Engine
@@ -123,6 +123,7 @@ class App:
         self._engine: Engine | None = None
         self._clients: KafkaClients | None = None
         self._tasks: anyio.abc.TaskGroup | None = None
+        self._failure: FairstreamError | None = None
 
     def __repr__(self) -> str:
         return (
@@ -225,15 +226,23 @@ class App:
 
         :raises HandlerError: a handler failed with ``on_error='stop'``.
         :raises BrokerError: the cluster cannot be reached.
+        :raises ConfigError: a subscribed topic does not exist.
         """
         engine = self._new_engine()
+        await engine.start()
+        failure: FairstreamError | None = None
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(self._stop_on_signals, engine, tasks.cancel_scope)
-            await engine.run()
+            tasks.start_soon(self._stop_on_signals, engine)
+            try:
+                await engine.serve()
+            except FairstreamError as exc:
+                failure = exc
             tasks.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
 
     @staticmethod
-    async def _stop_on_signals(engine: Engine, scope: anyio.CancelScope) -> None:
+    async def _stop_on_signals(engine: Engine) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
                 log.info("shutdown_requested", signal=signal.Signals(signum).name)
@@ -246,26 +255,34 @@ class App:
 
     async def __aenter__(self) -> App:
         engine = self._new_engine()
+        await engine.start()
+        self._failure = None
         self._tasks = anyio.create_task_group()
         await self._tasks.__aenter__()
-        try:
-            await self._tasks.start(lambda task_status: engine.run(task_status=task_status))
-        except BaseException:
-            await self._tasks.__aexit__(None, None, None)
-            self._tasks = None
-            raise
+        self._tasks.start_soon(self._serve, engine, self._tasks.cancel_scope)
         return self
+
+    async def _serve(self, engine: Engine, scope: anyio.CancelScope) -> None:
+        try:
+            await engine.serve()
+        except FairstreamError as exc:
+            # Surface the error from __aexit__ as itself, not inside an ExceptionGroup,
+            # and cancel the body of the ``async with`` block: the app is gone.
+            self._failure = exc
+            scope.cancel()
 
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:
+    ) -> bool:
         self.stop()
         tasks, self._tasks = self._tasks, None
-        if tasks is not None:
-            await tasks.__aexit__(exc_type, exc, tb)
+        suppressed = bool(tasks is not None and await tasks.__aexit__(exc_type, exc, tb))
+        if self._failure is not None:
+            raise self._failure
+        return suppressed
 
     @asynccontextmanager
     async def lifespan(self, _asgi_app: object = None) -> AsyncIterator[None]:

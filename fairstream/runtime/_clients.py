@@ -196,10 +196,13 @@ class AIOKafkaClients:
     async def dead_letter(
         self, subscriber: Subscriber, raw: Any, error: BaseException, attempts: int
     ) -> None:
+        # Kafka allows a record with neither key nor value, aiokafka's producer does
+        # not: such a record is dead-lettered with an empty key instead.
+        key = b"" if raw.key is None and raw.value is None else raw.key
         await self.publish(
             subscriber.dead_letter.topic_for(raw.topic),
             raw.value,
-            key=raw.key,
+            key=key,
             headers=dead_letter_headers(raw, error, attempts),
         )
 

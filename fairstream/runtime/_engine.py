@@ -93,16 +93,30 @@ class Engine:
     # --- lifecycle ------------------------------------------------------------------
 
     def request_stop(self) -> None:
-        """Ask :meth:`run` to drain and return; safe to call more than once."""
+        """Stop taking new work now; :meth:`serve` drains and returns. Idempotent."""
+        self._stopping = True
         self._stop.set()
+        self._wake()
 
-    async def run(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Consume until :meth:`request_stop`, then drain, commit and leave the group."""
+    async def start(self) -> None:
+        """Connect, check topics and subscribe; on failure nothing is left open."""
         topics = sorted(self._lane_of_topic)
         self.state = "starting"
-        await self._clients.start(topics, _Listener(self))
+        try:
+            await self._clients.start(topics, _Listener(self))
+        except BaseException:
+            self.state = "stopped"
+            with anyio.CancelScope(shield=True):
+                await self._clients.aclose()
+            raise
+        log.info("consumer_started", group_id=self.group_id, topics=topics)
+
+    async def serve(self) -> None:
+        """Consume until :meth:`request_stop`, then drain, commit and leave the group.
+
+        :raises FairstreamError: what made the engine stop (a handler under the
+            ``stop`` policy, a broker that refused us for good).
+        """
         try:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._fetch_loop)
@@ -110,8 +124,6 @@ class Engine:
                 for _ in range(self._config.concurrency):
                     tasks.start_soon(self._worker)
                 self.state = "running"
-                log.info("consumer_started", group_id=self.group_id, topics=topics)
-                task_status.started()
                 await self._stop.wait()
                 self.state = "stopping"
                 await self._drain()
@@ -126,9 +138,7 @@ class Engine:
             raise self._failure
 
     async def _drain(self) -> None:
-        """Stop taking new work and wait for in-flight dispatches (bounded)."""
-        self._stopping = True
-        self._wake()
+        """Wait for in-flight dispatches, within ``shutdown_timeout``."""
         with anyio.move_on_after(self._config.shutdown_timeout) as scope:
             for running in list(self._in_flight.values()):
                 await running.done.wait()

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from typing import Any
 
 import structlog
 
 from fairstream.errors import HandlerError
+from fairstream.logs import current_record
 from fairstream.runtime._decode import DecodeError
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._record import Record
@@ -24,12 +24,9 @@ from fairstream.runtime._scheduler import Dispatch, Slice
 from fairstream.runtime._stats import StatsRecorder
 from fairstream.runtime._subscriber import Subscriber
 
-__all__ = ["DeadLetterSink", "DispatchRunner", "current_record"]
+__all__ = ["DeadLetterSink", "DispatchRunner"]
 
 log = structlog.get_logger(__name__)
-
-current_record: ContextVar[Record[Any] | None] = ContextVar("current_record", default=None)
-"""The record being handled; ``fairstream.logs`` adds its coordinates to log events."""
 
 DeadLetterSink = Callable[[Subscriber, Any, BaseException, int], Awaitable[None]]
 

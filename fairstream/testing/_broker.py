@@ -55,8 +55,9 @@ ENGINES: dict[Engine, EngineInfo] = {
         keeps_commit_metadata=True,
         evicts_dead_members=False,
         restartable=True,
-        quirks="never evicts a member whose process died; use static membership or "
-        "stop consumers gracefully",
+        quirks="never evicts a member (a killed one, or the old id of a member that "
+        "rejoined); answers a commit racing a rebalance with ILLEGAL_GENERATION, which makes "
+        "clients rejoin under a new id: give each member an instance_id (static membership)",
     ),
     "tansu": EngineInfo(
         name="tansu",
