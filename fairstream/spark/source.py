@@ -295,7 +295,10 @@ def _read_chunk(
     deadline = time.monotonic() + settings.stall_timeout
     while position < chunk.end:
         before = position
-        for message in consumer.consume(settings.batch_size, timeout=0.5):
+        # consume() returns early only once it has as many messages as asked for, so
+        # never ask for more than the chunk still holds: the last call would idle.
+        wanted = min(settings.batch_size, chunk.end - position)
+        for message in consumer.consume(wanted, timeout=0.5):
             position = _take(message, chunk, position, columns, settings)
             if position >= chunk.end:
                 break
