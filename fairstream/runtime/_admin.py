@@ -163,13 +163,15 @@ class BrokerAdmin:
     async def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
         """Topic -> partition count, for the topics that exist (others are left out)."""
         admin, _ = self._clients()
-        wanted = sorted(set(topics))
-        if not wanted:
-            return {}
         try:
+            # Name only topics that exist: a metadata request for a missing topic
+            # creates it on brokers with auto-creation on (noida does).
+            wanted = sorted(set(topics) & set(await admin.list_topics()))
+            if not wanted:
+                return {}
             described = await admin.describe_topics(wanted)
         except KafkaError as exc:
-            raise self._error(f"could not describe topics {wanted}", exc) from exc
+            raise self._error("could not read topic metadata", exc) from exc
         return {
             entry["topic"]: len(entry["partitions"])
             for entry in described

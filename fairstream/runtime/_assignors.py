@@ -198,7 +198,11 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         except BrokerError as exc:
             log.warning("lag_refresh_failed", group_id=self._group_id, reason=str(exc))
             return
-        self._reading = LagReading(lag=lag, taken_at=self._clock())
+        self.use_lag(lag)
+
+    def use_lag(self, lag: Mapping[str, tuple[int, ...]]) -> None:
+        """Hand over a lag reading taken now (by :meth:`refresh_lag` or a background task)."""
+        self._reading = LagReading(lag=dict(lag), taken_at=self._clock())
 
     def listener(
         self, consumer: AIOKafkaConsumer, inner: ConsumerRebalanceListener | None = None

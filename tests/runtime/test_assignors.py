@@ -1,0 +1,138 @@
+"""The aiokafka adapters without a broker: per-instance state, no I/O in assign,
+the lag reading handed over before a join, and the fair fallback with its reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aiokafka.cluster import ClusterMetadata
+from aiokafka.coordinator.protocol import (
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
+from aiokafka.protocol.metadata import MetadataResponse_v0
+from structlog.testing import capture_logs
+
+from fairstream.assign import GroupSnapshot, plan
+from fairstream.errors import ConfigError
+from fairstream.runtime._assignors import PlanningAssignor, make_assignor
+
+LAGS = {"a": (400, 30, 20), "b": (350, 25, 15)}
+
+
+def cluster(partitions: dict[str, int]) -> ClusterMetadata:
+    metadata = ClusterMetadata()
+    topics = [(0, t, [(0, p, 0, [0], [0]) for p in range(n)]) for t, n in partitions.items()]
+    metadata.update_metadata(MetadataResponse_v0(brokers=[(0, "localhost", 9092)], topics=topics))
+    return metadata
+
+
+def join(
+    assignor: PlanningAssignor, members: dict[str, PlanningAssignor]
+) -> dict[str, dict[str, list[int]]]:
+    """Run one leader assignment over members' join metadata, delivering the result."""
+    metadata = {m: a.metadata(["a", "b"]) for m, a in members.items()}
+    result = assignor.assign(cluster({"a": 3, "b": 3}), metadata)
+    for member_id, member_assignor in members.items():
+        member_assignor.on_assignment(result[member_id])
+    return {m: {t: sorted(ps) for t, ps in r.assignment} for m, r in result.items()}
+
+
+def lag_assignor(clock: list[float] | None = None) -> PlanningAssignor:
+    now = clock if clock is not None else [0.0]
+    return PlanningAssignor(
+        "lag", bootstrap="unused:9092", group_id="g", max_lag_age_s=30, clock=lambda: now[0]
+    )
+
+
+def test_each_strategy_has_its_own_protocol_name() -> None:
+    names = {make_assignor(s, bootstrap="h:1", group_id="g").name for s in ("fair", "lag")}
+    assert names == {"fairstream-fair", "fairstream-lag"}
+
+
+def test_bad_factory_arguments_raise_config_error() -> None:
+    with pytest.raises(ConfigError, match="choose one of"):
+        make_assignor("leastloaded")
+    with pytest.raises(ConfigError, match="pass bootstrap= and group_id="):
+        make_assignor("lag")
+
+
+def test_instances_keep_their_own_state() -> None:
+    first, second = make_assignor("sticky"), make_assignor("sticky")
+    first.on_assignment(ConsumerProtocolMemberAssignment(0, [("a", [2, 0])], b""))
+    assert json.loads(first.metadata(["a"]).user_data) == {"a": [0, 2]}
+    assert second.metadata(["a"]).user_data == b"{}"
+
+
+def test_lag_plans_from_the_handed_over_reading() -> None:
+    members = {m: lag_assignor() for m in ("m0", "m1", "m2")}
+    leader = members["m0"]
+    leader.use_lag(LAGS)
+    actual = join(leader, members)
+    snapshot = GroupSnapshot(
+        members={m: frozenset({"a", "b"}) for m in members}, partitions={"a": 3, "b": 3}, lag=LAGS
+    )
+    assert actual == plan("lag", snapshot).to_json()
+    assert leader.last_plan is not None and leader.last_plan.strategy == "lag"
+
+
+@pytest.mark.parametrize(
+    ("reading", "age", "reason"),
+    [
+        pytest.param(None, 0.0, "no_lag_snapshot", id="missing"),
+        pytest.param(LAGS, 31.0, "lag_snapshot_stale", id="stale"),
+        pytest.param({"a": LAGS["a"]}, 0.0, "lag_snapshot_incomplete", id="incomplete"),
+    ],
+)
+def test_unusable_reading_falls_back_to_fair_and_says_why(
+    reading: dict[str, tuple[int, ...]] | None, age: float, reason: str
+) -> None:
+    clock = [0.0]
+    members = {m: lag_assignor(clock) for m in ("m0", "m1", "m2")}
+    if reading is not None:
+        members["m0"].use_lag(reading)
+    clock[0] = age
+    with capture_logs() as logs:
+        actual = join(members["m0"], members)
+    warnings = [e for e in logs if e["event"] == "lag_snapshot_unusable"]
+    assert warnings == [
+        {
+            "event": "lag_snapshot_unusable",
+            "reason": reason,
+            "fallback": "fair",
+            "log_level": "warning",
+        }
+    ]
+    snapshot = GroupSnapshot(
+        members={m: frozenset({"a", "b"}) for m in members}, partitions={"a": 3, "b": 3}
+    )
+    assert actual == plan("fair", snapshot).to_json()
+
+
+def test_members_report_owned_partitions_so_any_leader_stays_sticky() -> None:
+    members = {m: make_assignor("sticky") for m in ("m0", "m1", "m2")}
+    first = join(members["m0"], members)
+    # A fourth member joins and m2 leads this time: m2 never planned before, yet
+    # it learns the previous assignment from the join metadata.
+    members["m3"] = make_assignor("sticky")
+    second = join(members["m2"], members)
+    kept = sum(
+        len(set(first[m].get(t, [])) & set(second[m].get(t, []))) for m in first for t in ("a", "b")
+    )
+    assert kept == 6 - 1  # only the partition handed to the newcomer moved
+    assert sum(len(ps) for ps in second["m3"].values()) == 1
+
+
+def test_unreadable_owned_data_is_ignored_with_a_warning() -> None:
+    assignor = make_assignor("sticky")
+    metadata = {
+        "m0": ConsumerProtocolMemberMetadata(0, ["a"], b"not json"),
+        "m1": ConsumerProtocolMemberMetadata(0, ["a"], b'{"a": [0, 1, 2]}'),
+    }
+    with capture_logs() as logs:
+        result = assignor.assign(cluster({"a": 3}), metadata)
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
+        "owned_partitions_unreadable"
+    ]
+    assert sorted(len(r.partitions()) for r in result.values()) == [1, 2]

@@ -1,0 +1,76 @@
+"""The lag adapter in a real group: what the members get is what the planner says,
+and the busiest member carries less lag than under range."""
+
+from __future__ import annotations
+
+import uuid
+
+import anyio
+import pytest
+from aiokafka import AIOKafkaConsumer
+
+from fairstream.assign import member_lags, plan
+from fairstream.runtime._admin import BrokerAdmin
+from fairstream.runtime._assignors import PlanningAssignor, make_assignor
+from tests.conftest import Broker
+from tests.kafka_helpers import create_topic, produce
+
+pytestmark = pytest.mark.broker
+
+BACKLOG = (400, 30, 20), (350, 25, 15)  # records per partition of two topics
+
+
+async def test_lag_group_assignment_is_the_planners_and_beats_range(
+    noida: Broker, group_id: str
+) -> None:
+    bootstrap = noida.bootstrap
+    topics = [f"lag-{name}-{uuid.uuid4().hex[:8]}" for name in ("a", "b")]
+    for topic, counts in zip(topics, BACKLOG, strict=True):
+        await create_topic(bootstrap, topic, len(counts))
+        await produce(bootstrap, topic, [(p, b"x") for p, n in enumerate(counts) for _ in range(n)])
+
+    assignors: list[PlanningAssignor] = []
+    consumers: list[AIOKafkaConsumer] = []
+    try:
+        for index in range(3):
+            assignor = make_assignor(
+                "lag", bootstrap=bootstrap, group_id=group_id, auto_offset_reset="earliest"
+            )
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=bootstrap,
+                group_id=group_id,
+                client_id=f"member-{index}",
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                partition_assignment_strategy=[assignor],
+            )
+            consumer.subscribe(topics, listener=assignor.listener(consumer))
+            await consumer.start()
+            assignors.append(assignor)
+            consumers.append(consumer)
+
+        async with BrokerAdmin(bootstrap) as admin:
+            with anyio.fail_after(60):
+                while True:
+                    group = await admin.describe_group(group_id)
+                    held = sum(
+                        len(ps) for m in group.members.values() for ps in m.assignment.values()
+                    )
+                    if group.state == "Stable" and len(group.members) == 3 and held == 6:
+                        break
+                    await anyio.sleep(0.2)
+            snapshot, actual = await admin.group_snapshot(group_id, auto_offset_reset="earliest")
+
+        leaders = [a.last_plan for a in assignors if a.last_plan is not None]
+        record = next(r for r in reversed(leaders) if set(r.snapshot.members) == set(group.members))
+        assert record.strategy == "lag"  # the reading was there: no fallback
+        assert record.snapshot == snapshot  # the leader saw what the cluster says now
+        assert actual == record.assignment == plan("lag", snapshot, record.previous)
+        worst = max(member_lags(snapshot, actual).values())
+        assert worst < max(member_lags(snapshot, plan("range", snapshot)).values())
+        assert worst == 415  # 400 + 15: the bound is 400, the per-topic rule costs 15
+    finally:
+        for consumer in consumers:
+            await consumer.stop()
+        for assignor in assignors:
+            await assignor.aclose()
