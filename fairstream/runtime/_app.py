@@ -15,6 +15,7 @@ import anyio
 import anyio.abc
 import structlog
 
+from fairstream.assign import resolve
 from fairstream.config import (
     ConsumerConfig,
     DeadLetterPolicy,
@@ -24,6 +25,7 @@ from fairstream.config import (
     from_env,
 )
 from fairstream.errors import ConfigError, FairstreamError
+from fairstream.runtime._assignors import make_assignor
 from fairstream.runtime._clients import AIOKafkaClients, KafkaClients
 from fairstream.runtime._decode import Decoder, decoder_for
 from fairstream.runtime._engine import Ack, Engine
@@ -108,7 +110,7 @@ class App:
             )
         self.group_id = group_id
         self.assignor = assignor
-        self._assignors = _interim_assignors(assignor)
+        resolve(assignor, field="assignor")  # fail here, not at the first join
         self.consumer_config = consumer or ConsumerConfig()
         self.scheduler_config = scheduler or SchedulerConfig()
         self.retry = retry or RetryPolicy()
@@ -368,19 +370,12 @@ def _aiokafka_clients(app: App, subscribers: list[Subscriber]) -> KafkaClients:
         group_id=app.group_id,
         consumer_config=app.consumer_config,
         security=app.security,
-        assignors=app._assignors,
+        assignor=make_assignor(
+            app.assignor,
+            bootstrap=app.bootstrap,
+            group_id=app.group_id,
+            auto_offset_reset=app.consumer_config.auto_offset_reset,
+        ),
         instance_id=app.instance_id,
         dead_letter_topics=dead_letter_topics,
     )
-
-
-def _interim_assignors(name: str) -> list[object]:
-    """aiokafka's own strategies until the planner adapters are wired in."""
-    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
-
-    if name not in ("range", "roundrobin", "sticky", "fair", "lag"):
-        raise ConfigError(
-            "assignor", name, "unknown strategy", "use range, roundrobin, sticky, fair or lag"
-        )
-    return [RangePartitionAssignor if name == "range" else RoundRobinPartitionAssignor]

@@ -18,6 +18,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExists
 
 from fairstream.config import ConsumerConfig, SecurityConfig
 from fairstream.errors import BrokerError, ConfigError
+from fairstream.runtime._assignors import PlanningAssignor
 from fairstream.runtime._record import Headers
 from fairstream.runtime._subscriber import Subscriber
 
@@ -83,7 +84,7 @@ class AIOKafkaClients:
         group_id: str,
         consumer_config: ConsumerConfig,
         security: SecurityConfig,
-        assignors: Sequence[object],
+        assignor: PlanningAssignor,
         instance_id: str | None,
         dead_letter_topics: Mapping[str, str],
     ) -> None:
@@ -105,9 +106,10 @@ class AIOKafkaClients:
             max_poll_interval_ms=config.max_poll_interval_ms,
             fetch_max_bytes=config.fetch_max_bytes,
             max_partition_fetch_bytes=config.max_partition_fetch_bytes,
-            partition_assignment_strategy=tuple(assignors),
+            partition_assignment_strategy=(assignor,),
         )
         self._producer = AIOKafkaProducer(**common, client_id=f"{config.client_id}-producer")
+        self._assignor = assignor
         self._started: list[Any] = []
 
     @property
@@ -153,7 +155,10 @@ class AIOKafkaClients:
                 "source topics",
             )
         await self._ensure_dead_letter_topics(existing)
-        self._consumer.subscribe(list(topics), listener=listener)
+        # The assignor's listener reads the group's lag after our revoke committed.
+        self._consumer.subscribe(
+            list(topics), listener=self._assignor.listener(self._consumer, listener)
+        )
 
     async def _ensure_dead_letter_topics(self, existing: set[str]) -> None:
         wanted = {dlq: src for src, dlq in self._dead_letter_topics.items() if dlq not in existing}
@@ -207,10 +212,11 @@ class AIOKafkaClients:
         )
 
     async def aclose(self) -> None:
-        """Stop the consumer (leaving the group) and flush the producer."""
+        """Stop the consumer (leaving the group), flush the producer, close lag reads."""
         while self._started:
             client = self._started.pop()
             try:
                 await client.stop()
             except KafkaError as exc:
                 log.warning("client_stop_failed", reason=f"{type(exc).__name__}: {exc}")
+        await self._assignor.aclose()

@@ -12,8 +12,9 @@ from tests.kafka_helpers import committed, produce
 pytestmark = pytest.mark.broker
 
 
+@pytest.mark.parametrize("assignor", ["fair", "lag"])
 async def test_every_record_handled_once_in_partition_order_and_committed(
-    broker: Broker, make_topic: TopicFactory, group_id: str
+    broker: Broker, make_topic: TopicFactory, group_id: str, assignor: str
 ) -> None:
     topic = await make_topic(partitions=4)
     total = 2_000
@@ -23,6 +24,7 @@ async def test_every_record_handled_once_in_partition_order_and_committed(
     app = App(
         bootstrap=broker.bootstrap,
         group_id=group_id,
+        assignor=assignor,
         scheduler=SchedulerConfig(partition_quota=50, commit_interval=0.2),
     )
     seen: list[Record[str]] = []
