@@ -96,14 +96,17 @@ class Tally:
     worse_than_seed: int = 0
 
 
-def quality(count: int, seed: int) -> dict[tuple[str, str], Tally]:
+def quality(count: int, seed: int) -> tuple[dict[tuple[str, str], Tally], dict[str, Tally]]:
+    """Tallies per (subscriptions, strategy), and per "shape/strategy" for homogeneous groups."""
     rng = random.Random(seed)
     table = planners()
     tallies: dict[tuple[str, str], Tally] = {}
+    by_shape: dict[str, Tally] = {}
     for index in range(count):
         homogeneous = index % 2 == 0
         kind = "homogeneous" if homogeneous else "heterogeneous"
-        snapshot = scenario(rng, homogeneous, SHAPES[(index // 2) % len(SHAPES)])
+        shape = SHAPES[(index // 2) % len(SHAPES)]
+        snapshot = scenario(rng, homogeneous, shape)
         bound = lag_lower_bound(snapshot)
         worst: dict[str, int] = {}
         for name, planner in table.items():
@@ -117,7 +120,11 @@ def quality(count: int, seed: int) -> dict[tuple[str, str], Tally]:
             tally.spreads.append(spread)
             tally.topic_spreads.append(topic_spread(snapshot, assignment))
             tally.worse_than_seed += worst[name] > worst.get("seed-greedy", worst[name])
-    return tallies
+            if homogeneous:
+                by_shape.setdefault(f"{shape}/{name}", Tally([], [], [])).ratios.append(
+                    tally.ratios[-1]
+                )
+    return tallies, by_shape
 
 
 def print_quality(tallies: dict[tuple[str, str], Tally]) -> None:
@@ -136,16 +143,40 @@ def print_quality(tallies: dict[tuple[str, str], Tally]) -> None:
         )
 
 
+def print_shapes(by_shape: dict[str, Tally]) -> None:
+    names = list(planners())
+    print("| homogeneous, lag shape | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * len(names))
+    for shape in SHAPES:
+        cells = [f"{statistics.fmean(by_shape[f'{shape}/{n}'].ratios):.3f}" for n in names]
+        print(f"| {shape} | " + " | ".join(cells) + " |")
+
+
 def speed(max_partitions: int, seed: int) -> None:
     rng = random.Random(seed)
     table = planners()
-    print("| partitions | members | topics | " + " | ".join(table) + " |")
-    print("|---:|---:|---:|" + "---:|" * len(table))
-    sizes = [(1_000, 10), (10_000, 100), (100_000, 1_000)]
-    for total, member_count in (s for s in sizes if s[0] <= max_partitions):
-        topics = {f"t{i}": total // 100 for i in range(100)}
+    print("| partitions | members | topics | subscriptions | " + " | ".join(table) + " |")
+    print("|---:|---:|---:|---|" + "---:|" * len(table))
+    cases = [
+        (1_000, 10, 100, True),
+        (10_000, 100, 100, True),
+        (100_000, 1_000, 100, True),
+        (100_000, 1_000, 1_000, True),
+        (100_000, 1_000, 100, False),
+    ]
+    for total, member_count, topic_count, homogeneous in cases:
+        if total > max_partitions:
+            continue
+        topics = {f"t{i}": total // topic_count for i in range(topic_count)}
+        names = list(topics)
+        members = {
+            f"m{i:04d}": frozenset(
+                names if homogeneous else rng.sample(names, rng.randint(1, topic_count))
+            )
+            for i in range(member_count)
+        }
         snapshot = GroupSnapshot(
-            members={f"m{i:04d}": frozenset(topics) for i in range(member_count)},
+            members=members,
             partitions=topics,
             lag={t: tuple(rng.randint(0, 100_000) for _ in range(n)) for t, n in topics.items()},
         )
@@ -154,7 +185,8 @@ def speed(max_partitions: int, seed: int) -> None:
             started = time.perf_counter()
             planner(snapshot)
             cells.append(f"{time.perf_counter() - started:.2f} s")
-        print(f"| {total} | {member_count} | 100 | " + " | ".join(cells) + " |")
+        kind = "homogeneous" if homogeneous else "heterogeneous"
+        print(f"| {total} | {member_count} | {topic_count} | {kind} | " + " | ".join(cells) + " |")
 
 
 def main() -> None:
@@ -169,7 +201,10 @@ def main() -> None:
     )
     parser.add_argument("--no-speed", action="store_true", help="skip the speed table")
     args = parser.parse_args()
-    print_quality(quality(args.scenarios, args.seed))
+    tallies, by_shape = quality(args.scenarios, args.seed)
+    print_quality(tallies)
+    print()
+    print_shapes(by_shape)
     if not args.no_speed:
         print()
         speed(args.max_partitions, args.seed)
