@@ -423,6 +423,48 @@ def _compact(topics: Mapping[str, tuple[int, ...]]) -> str:
     return " ".join(parts)
 
 
+# --- run ----------------------------------------------------------------------------
+
+
+def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "run",
+        help="run a fairstream App until SIGINT/SIGTERM",
+        description=(
+            "Import APP (module:attribute, the attribute an App or a function returning one) "
+            "and consume until SIGINT or SIGTERM; then stop fetching, drain in-flight "
+            "handlers, commit, leave the group and exit 0. A handler failing under the "
+            "'stop' policy, an unreachable cluster or a missing topic exit with status 2."
+        ),
+    )
+    parser.add_argument("app", metavar="APP", help="the App to run, as module:attribute")
+    parser.add_argument(
+        "--bootstrap",
+        default=_bootstrap_default(),
+        help="Kafka bootstrap servers host:port[,host:port]; overrides the App's own "
+        "(default: $FAIRSTREAM_BOOTSTRAP, else the App's)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=["auto", "json", "console"],
+        default="auto",
+        help="log lines as JSON or for a terminal (default: auto, console on a TTY)",
+    )
+    parser.set_defaults(run=_run_run, log_level_default="INFO")
+
+
+def _run_run(args: argparse.Namespace) -> int:
+    import anyio
+
+    from fairstream.runtime._loader import load_app
+
+    app = load_app(args.app)
+    if args.bootstrap:
+        app.bootstrap = args.bootstrap
+    anyio.run(app.run)
+    return 0
+
+
 # --- entry point --------------------------------------------------------------------
 
 
@@ -434,13 +476,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--log-level",
-        default="WARNING",
-        help="log level for fairstream's own events on stderr (default: WARNING)",
+        default=None,
+        help="log level on stderr: DEBUG, INFO, WARNING, ERROR (default: INFO for 'run', "
+        "WARNING otherwise)",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_broker(commands)
     _add_backfill(commands)
     _add_plan(commands)
+    _add_run(commands)
     return parser
 
 
@@ -449,7 +493,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from fairstream import logs
 
-    logs.configure(getattr(args, "log_format", "auto"), args.log_level)
+    level = args.log_level or getattr(args, "log_level_default", "WARNING")
+    logs.configure(getattr(args, "log_format", "auto"), level)
     run: Runner = args.run
     try:
         return run(args)

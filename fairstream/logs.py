@@ -40,11 +40,20 @@ def configure(fmt: LogFormat = "auto", level: int | str = logging.INFO) -> None:
 
     ``auto`` picks the console renderer in a terminal and JSON lines otherwise, so
     a service under systemd or Kubernetes logs machine-readable lines by default.
+    :raises ConfigError: ``level`` is not a logging level name.
+
     :func:`add_record_context` is installed so that the coordinates of the record
     being handled (topic, partition, offset) appear in the user's own logs.
     """
     if isinstance(level, str):
-        level = logging.getLevelNamesMapping()[level.upper()]
+        levels = logging.getLevelNamesMapping()
+        if level.upper() not in levels:
+            from fairstream.errors import ConfigError
+
+            raise ConfigError(
+                "log level", level, "unknown level", "use DEBUG, INFO, WARNING or ERROR"
+            )
+        level = levels[level.upper()]
     if fmt == "auto":
         fmt = "console" if sys.stderr.isatty() else "json"
     renderer: structlog.typing.Processor

@@ -1,0 +1,108 @@
+"""``fairstream run``: a real process, real signals, real exit codes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.conftest import Broker, TopicFactory
+from tests.kafka_helpers import committed, produce
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def _spawn(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fairstream", *args],
+        cwd=EXAMPLES,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.broker
+async def test_sigterm_drains_commits_and_exits_zero(
+    broker: Broker, make_topic: TopicFactory, group_id: str
+) -> None:
+    topic = await make_topic(partitions=2)
+    await produce(broker.bootstrap, topic, [(i % 2, b'{"amount": %d}' % i) for i in range(200)])
+    env = {"FAIRSTREAM_GROUP_ID": group_id, "QUICKSTART_TOPIC": topic}
+    process = _spawn("run", "quickstart:app", "--bootstrap", broker.bootstrap, env=env)
+    try:
+        with anyio.fail_after(60):
+            while await committed(broker.bootstrap, group_id, topic, 2) != [100, 100]:
+                assert process.poll() is None, process.communicate()[1]
+                await anyio.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        await anyio.to_thread.run_sync(process.wait, 30)
+    finally:
+        process.kill()
+        _, stderr = process.communicate()
+    assert process.returncode == 0, stderr
+    assert '"event": "shutdown_requested"' in stderr
+    assert '"event": "consumer_stopped"' in stderr
+
+
+def _run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fairstream", *args],
+        cwd=EXAMPLES,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("no_such_module:app", "module 'no_such_module' was not found"),
+        ("quickstart:nothing", "has no attribute 'nothing'"),
+        ("quickstart", "is not of the form module:attribute"),
+        ("quickstart:handle", "is an async function, not a fairstream App"),
+        ("quickstart:log", "not a fairstream App"),
+    ],
+)
+def test_bad_app_spec_is_one_clear_line(spec: str, message: str) -> None:
+    result = _run_cli("run", spec, "--bootstrap", "127.0.0.1:1")
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unreachable_bootstrap_exits_2_without_traceback() -> None:
+    from fairstream.testing import free_port
+
+    result = _run_cli("run", "quickstart:app", "--bootstrap", f"127.0.0.1:{free_port()}")
+    assert result.returncode == 2
+    assert "cannot reach the Kafka cluster" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.broker
+def test_missing_topic_exits_2_naming_it(broker: Broker) -> None:
+    env = {"QUICKSTART_TOPIC": "no-such-topic-anywhere"}
+    result = _run_cli("run", "quickstart:app", "--bootstrap", broker.bootstrap, env=env)
+    assert result.returncode == 2
+    assert "no-such-topic-anywhere" in result.stderr
+    assert "not found on the cluster" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_assignor_is_a_config_error() -> None:
+    from fairstream import App, ConfigError
+
+    with pytest.raises(ConfigError, match="unknown assignment strategy; choose one of"):
+        App(bootstrap="127.0.0.1:9092", group_id="g", assignor="fastest")
+    with pytest.raises(ConfigError, match="parallel_rebalance_threshold=-1: must be >= 0"):
+        App(bootstrap="127.0.0.1:9092", group_id="g", parallel_rebalance_threshold=-1)
