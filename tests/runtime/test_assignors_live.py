@@ -3,6 +3,7 @@ and the busiest member carries less lag than under range."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import anyio
@@ -10,6 +11,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 
 from fairstream.assign import member_lags, plan
+from fairstream.cli import main
 from fairstream.runtime._admin import BrokerAdmin
 from fairstream.runtime._assignors import PlanningAssignor, make_assignor
 from tests.conftest import Broker
@@ -21,7 +23,7 @@ BACKLOG = (400, 30, 20), (350, 25, 15)  # records per partition of two topics
 
 
 async def test_lag_group_assignment_is_the_planners_and_beats_range(
-    noida: Broker, group_id: str
+    noida: Broker, group_id: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bootstrap = noida.bootstrap
     topics = [f"lag-{name}-{uuid.uuid4().hex[:8]}" for name in ("a", "b")]
@@ -69,6 +71,21 @@ async def test_lag_group_assignment_is_the_planners_and_beats_range(
         worst = max(member_lags(snapshot, actual).values())
         assert worst < max(member_lags(snapshot, plan("range", snapshot)).values())
         assert worst == 415  # 400 + 15: the bound is 400, the per-topic rule costs 15
+
+        # The live what-if shows the same current assignment and the same lag plan.
+        capsys.readouterr()
+        argv = ["plan", "--bootstrap", bootstrap, "--group", group_id]
+        argv += ["--auto-offset-reset", "earliest"]
+        assert await anyio.to_thread.run_sync(main, [*argv, "--format", "json"]) == 0
+        plans = json.loads(capsys.readouterr().out)["plans"]
+        assert list(plans) == ["current", "range", "roundrobin", "sticky", "fair", "lag"]
+        assert plans["current"]["assignment"] == actual.to_json()
+        assert plans["lag"]["assignment"] == plan("lag", snapshot, actual).to_json()
+        assert plans["lag"]["stats"]["max_member_lag"] == 415
+        assert plans["range"]["stats"]["max_member_lag"] == 750
+        assert await anyio.to_thread.run_sync(main, argv) == 0  # the table
+        table = capsys.readouterr().out
+        assert "current" in table and "max member lag" in table and "750" in table
     finally:
         for consumer in consumers:
             await consumer.stop()
