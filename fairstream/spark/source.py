@@ -194,17 +194,25 @@ def _settings_from_options(options: Mapping[str, str]) -> ReadSettings:
             "the fairstream source needs brokers",
             "e.g. .option('bootstrap', 'host:9092')",
         )
-    try:
-        stall_timeout = float(options.get("stall_timeout", 30.0))
-        batch_size = int(options.get("batch_size", 10_000))
-    except ValueError as exc:
-        raise ConfigError(
-            "stall_timeout/batch_size", str(exc), "not a number", "give numbers"
-        ) from exc
+    stall_timeout = _number(options, "stall_timeout", 30.0)
+    batch_size = int(_number(options, "batch_size", 10_000))
     kafka = {k.removeprefix("kafka."): v for k, v in options.items() if k.startswith("kafka.")}
     return ReadSettings(
         bootstrap=bootstrap, stall_timeout=stall_timeout, batch_size=batch_size, kafka_config=kafka
     )
+
+
+def _number(options: Mapping[str, str], key: str, default: float) -> float:
+    text = options.get(key)
+    try:
+        value = default if text is None else float(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ConfigError(
+            key, text, "not a positive number", f"e.g. .option({key!r}, '{default:g}')"
+        )
+    return value
 
 
 def _tasks_from_json(text: str | None) -> list[list[Chunk]]:
