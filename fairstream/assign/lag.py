@@ -170,19 +170,19 @@ def _from_previous(
 def _fill_topic(layout: _Layout, topic: str, readers: list[str], free: list[int]) -> None:
     """Give ``free`` (heaviest first) to the lightest readers the per-topic rule allows."""
     share, extra = divmod(len(layout.owners[topic]), len(readers))
-    count = {m: len(layout.held[m].get(topic, ())) for m in readers}
-    extra -= sum(1 for m in readers if count[m] > share)
+    in_topic = {m: len(layout.held[m].get(topic, ())) for m in readers}
+    extra -= sum(1 for m in readers if in_topic[m] > share)
     heap = [
-        (layout.total[m], layout.count[m], m) for m in readers if count[m] < share + (extra > 0)
+        (layout.total[m], layout.count[m], m) for m in readers if in_topic[m] < share + (extra > 0)
     ]
     heapq.heapify(heap)
     for partition in free:
-        while count[heap[0][2]] >= share + (extra > 0):
+        while in_topic[heap[0][2]] >= share + (extra > 0):
             heapq.heappop(heap)
         member_id = heapq.heappop(heap)[2]
         layout.give(topic, partition, member_id)
-        count[member_id] += 1
-        extra -= count[member_id] > share
+        in_topic[member_id] += 1
+        extra -= in_topic[member_id] > share
         heapq.heappush(heap, (layout.total[member_id], layout.count[member_id], member_id))
 
 

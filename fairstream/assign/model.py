@@ -197,7 +197,9 @@ def _check_owned(key: str, topic: str, partition: int, snapshot: GroupSnapshot |
             f"partition {topic}[{partition}] does not exist; the topic has "
             f"{snapshot.partitions[topic]} partitions",
             where=key,
-            hint=f"use partitions 0..{snapshot.partitions[topic] - 1} or drop it",
+            hint=f"use partitions 0..{snapshot.partitions[topic] - 1} or drop it"
+            if snapshot.partitions[topic]
+            else "the topic has no partitions; drop it",
         )
 
 
