@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pytest
 
 from fairstream.testing import ENGINES, EmbeddedBroker, EngineInfo
+from tests.backends import Backend, KafkaBackend, MemoryBackend
 from tests.kafka_helpers import create_topic
 
 EXTERNAL = os.environ.get("FAIRSTREAM_BOOTSTRAP")
@@ -71,6 +72,16 @@ def _get_broker(brokers: dict[str, Broker], engine: str) -> Broker:
 def broker(request: pytest.FixtureRequest, _brokers: dict[str, Broker]) -> Broker:
     """A running broker; parametrized so a test runs on every engine."""
     return _get_broker(_brokers, request.param)
+
+
+@pytest.fixture(params=[*_ENGINE_PARAMS, "memory"])
+def backend(request: pytest.FixtureRequest, _brokers: dict[str, Broker]) -> Backend:
+    """Where the behaviour suite runs: each real engine, and the in-memory kit."""
+    if request.param == "memory":
+        return MemoryBackend()
+    broker = _get_broker(_brokers, request.param)
+    evicts = broker.info is None or broker.info.evicts_dead_members
+    return KafkaBackend(broker.engine, broker.bootstrap, evicts)
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
-"""Public test kit: embedded brokers (and, later, the in-memory app)."""
+"""Public test kit: embedded brokers for integration tests, an in-memory broker for unit tests."""
 
 from fairstream.testing._broker import ENGINES, EmbeddedBroker, Engine, EngineInfo, free_port
+from fairstream.testing._memory import MemoryBroker
 
-__all__ = ["ENGINES", "EmbeddedBroker", "Engine", "EngineInfo", "free_port"]
+__all__ = ["ENGINES", "EmbeddedBroker", "Engine", "EngineInfo", "MemoryBroker", "free_port"]

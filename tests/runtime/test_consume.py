@@ -1,28 +1,24 @@
-"""The engine on a real broker: delivery, order, commits."""
+"""The engine on every backend: delivery, order, commits."""
 
 from __future__ import annotations
 
 import anyio
 import pytest
 
-from fairstream import App, Record, SchedulerConfig
-from tests.conftest import Broker, TopicFactory
-from tests.kafka_helpers import committed, produce
-
-pytestmark = pytest.mark.broker
+from fairstream import Record, SchedulerConfig
+from tests.backends import Backend
 
 
 @pytest.mark.parametrize("assignor", ["fair", "lag"])
 async def test_every_record_handled_once_in_partition_order_and_committed(
-    broker: Broker, make_topic: TopicFactory, group_id: str, assignor: str
+    backend: Backend, group_id: str, assignor: str
 ) -> None:
-    topic = await make_topic(partitions=4)
+    topic = await backend.create_topic(4)
     total = 2_000
     sent = [(i % 4, f"{i % 4}:{i // 4}".encode()) for i in range(total)]
-    await produce(broker.bootstrap, topic, sent)
+    await backend.produce(topic, sent)
 
-    app = App(
-        bootstrap=broker.bootstrap,
+    app = backend.app(
         group_id=group_id,
         assignor=assignor,
         scheduler=SchedulerConfig(partition_quota=50, commit_interval=0.2),
@@ -44,4 +40,4 @@ async def test_every_record_handled_once_in_partition_order_and_committed(
     for partition in range(4):
         offsets = [r.offset for r in seen if r.partition == partition]
         assert offsets == list(range(total // 4)), f"partition {partition} out of order"
-    assert await committed(broker.bootstrap, group_id, topic, 4) == [total // 4] * 4
+    assert await backend.committed(group_id, topic, 4) == [total // 4] * 4

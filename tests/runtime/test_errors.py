@@ -5,22 +5,19 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from fairstream import App, DeadLetterPolicy, HandlerError, Record, RetryPolicy, SchedulerConfig
-from tests.conftest import Broker, TopicFactory
-from tests.kafka_helpers import committed, produce, read_all
-
-pytestmark = pytest.mark.broker
+from fairstream import DeadLetterPolicy, HandlerError, Record, RetryPolicy, SchedulerConfig
+from tests.backends import Backend
 
 FAST_RETRY = RetryPolicy(attempts=3, backoff=0.01)
 QUICK = SchedulerConfig(commit_interval=0.1)
 
 
 async def test_exception_is_retried_then_dead_lettered_with_headers(
-    broker: Broker, make_topic: TopicFactory, group_id: str
+    backend: Backend, group_id: str
 ) -> None:
-    topic = await make_topic(partitions=1)
-    await produce(broker.bootstrap, topic, [(0, b'{"n": %d}' % i) for i in range(10)])
-    app = App(bootstrap=broker.bootstrap, group_id=group_id, retry=FAST_RETRY, scheduler=QUICK)
+    topic = await backend.create_topic(1)
+    await backend.produce(topic, [(0, b'{"n": %d}' % i) for i in range(10)])
+    app = backend.app(group_id=group_id, retry=FAST_RETRY, scheduler=QUICK)
     attempts: dict[int, int] = {}
     done = anyio.Event()
 
@@ -38,7 +35,7 @@ async def test_exception_is_retried_then_dead_lettered_with_headers(
 
     assert attempts[4] == 3
     assert all(attempts[o] == 1 for o in range(10) if o != 4)
-    (dead,) = await read_all(broker.bootstrap, f"{topic}.dlq", 1, expected=1)
+    (dead,) = await backend.read_all(f"{topic}.dlq", 1, expected=1)
     headers = dict(dead.headers)  # type: ignore[attr-defined]
     assert dead.value == b'{"n": 4}'  # type: ignore[attr-defined]
     assert headers["fairstream.error.type"] == b"RuntimeError"
@@ -46,16 +43,16 @@ async def test_exception_is_retried_then_dead_lettered_with_headers(
     assert headers["fairstream.source.topic"] == topic.encode()
     assert headers["fairstream.source.offset"] == b"4"
     assert headers["fairstream.attempts"] == b"3"
-    assert await committed(broker.bootstrap, group_id, topic, 1) == [10]
+    assert await backend.committed(group_id, topic, 1) == [10]
 
 
 async def test_poison_records_go_straight_to_the_dead_letter_topic(
-    broker: Broker, make_topic: TopicFactory, group_id: str
+    backend: Backend, group_id: str
 ) -> None:
-    topic = await make_topic(partitions=1)
+    topic = await backend.create_topic(1)
     values = [b'{"ok": 1}', b"\xff\xfe not utf-8", b"{not json", b"", None, b'{"ok": 2}']
-    await produce(broker.bootstrap, topic, [(0, v) for v in values], key=b"k")
-    app = App(bootstrap=broker.bootstrap, group_id=group_id, retry=FAST_RETRY, scheduler=QUICK)
+    await backend.produce(topic, [(0, v) for v in values], key=b"k")
+    app = backend.app(group_id=group_id, retry=FAST_RETRY, scheduler=QUICK)
     good: list[object] = []
     calls = 0
     done = anyio.Event()
@@ -75,21 +72,20 @@ async def test_poison_records_go_straight_to_the_dead_letter_topic(
     # The tombstone (None) decodes to None and reaches the handler; the other three fail.
     assert good == [{"ok": 1}, None, {"ok": 2}]
     assert calls == 3
-    dead = await read_all(broker.bootstrap, f"{topic}.dlq", 1, expected=3)
+    dead = await backend.read_all(f"{topic}.dlq", 1, expected=3)
     errors = [dict(d.headers)["fairstream.error.message"] for d in dead]  # type: ignore[attr-defined]
     assert [dict(d.headers)["fairstream.attempts"] for d in dead] == [b"0"] * 3  # type: ignore[attr-defined]
     assert b"not valid JSON" in errors[0]
     assert all(b"not valid JSON" in e for e in errors)
-    assert await committed(broker.bootstrap, group_id, topic, 1) == [len(values)]
+    assert await backend.committed(group_id, topic, 1) == [len(values)]
 
 
 async def test_stop_policy_raises_and_commits_nothing_past_the_failed_record(
-    broker: Broker, make_topic: TopicFactory, group_id: str
+    backend: Backend, group_id: str
 ) -> None:
-    topic = await make_topic(partitions=1)
-    await produce(broker.bootstrap, topic, [(0, str(i).encode()) for i in range(20)])
-    app = App(
-        bootstrap=broker.bootstrap,
+    topic = await backend.create_topic(1)
+    await backend.produce(topic, [(0, str(i).encode()) for i in range(20)])
+    app = backend.app(
         group_id=group_id,
         retry=RetryPolicy(attempts=2, backoff=0.01),
         dead_letter=DeadLetterPolicy(on_error="stop"),
@@ -106,4 +102,4 @@ async def test_stop_policy_raises_and_commits_nothing_past_the_failed_record(
 
     assert (caught.value.topic, caught.value.offset, caught.value.attempts) == (topic, 12, 2)
     assert "fix the handler" in str(caught.value)
-    assert await committed(broker.bootstrap, group_id, topic, 1) == [12]
+    assert await backend.committed(group_id, topic, 1) == [12]

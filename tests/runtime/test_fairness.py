@@ -1,15 +1,11 @@
-"""KIP-387 on a real broker: a backlog partition gets its share and no more."""
+"""KIP-387 on every backend: a backlog partition gets its share and no more."""
 
 from __future__ import annotations
 
 import anyio
-import pytest
 
-from fairstream import App, Record, SchedulerConfig
-from tests.conftest import Broker, TopicFactory
-from tests.kafka_helpers import produce
-
-pytestmark = pytest.mark.broker
+from fairstream import Record, SchedulerConfig
+from tests.backends import Backend
 
 BACKLOG = 5_000
 SMALL = 40
@@ -17,16 +13,13 @@ QUOTA = 10
 
 
 async def test_small_partitions_are_served_while_a_backlog_drains(
-    broker: Broker, make_topic: TopicFactory, group_id: str
+    backend: Backend, group_id: str
 ) -> None:
-    topic = await make_topic(partitions=4)
+    topic = await backend.create_topic(4)
     # The backlog is written first, so a fetch-order consumer would drain it first.
-    await produce(broker.bootstrap, topic, [(0, b"x" * 100)] * BACKLOG)
-    await produce(
-        broker.bootstrap, topic, [(p, b"y" * 100) for p in (1, 2, 3) for _ in range(SMALL)]
-    )
-    app = App(
-        bootstrap=broker.bootstrap,
+    await backend.produce(topic, [(0, b"x" * 100)] * BACKLOG)
+    await backend.produce(topic, [(p, b"y" * 100) for p in (1, 2, 3) for _ in range(SMALL)])
+    app = backend.app(
         group_id=group_id,
         scheduler=SchedulerConfig(partition_quota=QUOTA, max_batch=4 * QUOTA),
     )
@@ -53,13 +46,12 @@ async def test_small_partitions_are_served_while_a_backlog_drains(
 
 
 async def test_full_queue_pauses_its_partition_and_loses_nothing(
-    broker: Broker, make_topic: TopicFactory, group_id: str
+    backend: Backend, group_id: str
 ) -> None:
-    topic = await make_topic(partitions=2)
+    topic = await backend.create_topic(2)
     total = 3_000
-    await produce(broker.bootstrap, topic, [(i % 2, b"v") for i in range(total)])
-    app = App(
-        bootstrap=broker.bootstrap,
+    await backend.produce(topic, [(i % 2, b"v") for i in range(total)])
+    app = backend.app(
         group_id=group_id,
         scheduler=SchedulerConfig(queue_max_records=100, partition_quota=20, max_batch=20),
     )

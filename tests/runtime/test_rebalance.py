@@ -5,33 +5,26 @@ from __future__ import annotations
 from collections import Counter
 
 import anyio
-import pytest
 
 from fairstream import App, Record, SchedulerConfig
-from tests.conftest import Broker, TopicFactory
-from tests.kafka_helpers import committed, produce
-
-pytestmark = pytest.mark.broker
+from tests.backends import Backend
 
 
 async def test_second_member_joining_mid_stream_loses_nothing(
-    broker: Broker, make_topic: TopicFactory, group_id: str
+    backend: Backend, group_id: str
 ) -> None:
     partitions, total = 6, 3_000
-    topic = await make_topic(partitions=partitions)
-    await produce(
-        broker.bootstrap, topic, [(i % partitions, str(i).encode()) for i in range(total)]
-    )
+    topic = await backend.create_topic(partitions)
+    await backend.produce(topic, [(i % partitions, str(i).encode()) for i in range(total)])
     seen: Counter[str] = Counter()
     per_member: Counter[str] = Counter()
     half_way = anyio.Event()
     all_seen = anyio.Event()
 
     def make_app(name: str) -> App:
-        app = App(
-            bootstrap=broker.bootstrap,
+        app = backend.app(
             group_id=group_id,
-            instance_id=broker.instance_id(name),
+            instance_id=backend.instance_id(name),
             scheduler=SchedulerConfig(commit_interval=0.2, partition_quota=20, max_batch=60),
         )
 
@@ -62,19 +55,15 @@ async def test_second_member_joining_mid_stream_loses_nothing(
     assert duplicated < total // 2
     assert per_member["second"] > 0, "the second member never got a partition"
     assert (
-        await committed(broker.bootstrap, group_id, topic, partitions)
-        == [total // partitions] * partitions
+        await backend.committed(group_id, topic, partitions) == [total // partitions] * partitions
     )
 
 
-async def test_graceful_stop_commits_what_was_handled(
-    broker: Broker, make_topic: TopicFactory, group_id: str
-) -> None:
-    topic = await make_topic(partitions=2)
-    await produce(broker.bootstrap, topic, [(i % 2, b"v") for i in range(500)])
+async def test_graceful_stop_commits_what_was_handled(backend: Backend, group_id: str) -> None:
+    topic = await backend.create_topic(2)
+    await backend.produce(topic, [(i % 2, b"v") for i in range(500)])
     # A commit interval longer than the test: only the shutdown commit can do it.
-    app = App(
-        bootstrap=broker.bootstrap,
+    app = backend.app(
         group_id=group_id,
         scheduler=SchedulerConfig(commit_interval=3600),
     )
@@ -91,15 +80,15 @@ async def test_graceful_stop_commits_what_was_handled(
     async with app:
         with anyio.fail_after(30):
             await done.wait()
-    assert await committed(broker.bootstrap, group_id, topic, 2) == [250, 250]
+    assert await backend.committed(group_id, topic, 2) == [250, 250]
 
 
 async def test_manual_ack_commits_only_what_the_handler_acknowledged(
-    broker: Broker, make_topic: TopicFactory, group_id: str
+    backend: Backend, group_id: str
 ) -> None:
-    topic = await make_topic(partitions=1)
-    await produce(broker.bootstrap, topic, [(0, str(i).encode()) for i in range(100)])
-    app = App(bootstrap=broker.bootstrap, group_id=group_id, ack="manual")
+    topic = await backend.create_topic(1)
+    await backend.produce(topic, [(0, str(i).encode()) for i in range(100)])
+    app = backend.app(group_id=group_id, ack="manual")
     done = anyio.Event()
 
     @app.subscriber(topic)
@@ -112,4 +101,4 @@ async def test_manual_ack_commits_only_what_the_handler_acknowledged(
     async with app:
         with anyio.fail_after(30):
             await done.wait()
-    assert await committed(broker.bootstrap, group_id, topic, 1) == [42]
+    assert await backend.committed(group_id, topic, 1) == [42]

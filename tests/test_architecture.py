@@ -1,0 +1,84 @@
+"""API guards: the public surface is deliberate and imports flow one way."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+import fairstream
+
+PACKAGE = Path(fairstream.__file__).parent
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module a file imports, at any depth (lazy imports count too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+    return found
+
+
+def _modules(area: str) -> list[Path]:
+    return sorted((PACKAGE / area).rglob("*.py"))
+
+
+# What each area may not import (STYLE.md, "Imports flow one way").
+FORBIDDEN = {
+    "assign": (
+        "fairstream.runtime",
+        "fairstream.spark",
+        "fairstream.testing",
+        "fairstream.cli",
+        "aiokafka",
+        "asyncio",
+        "anyio",
+        "socket",
+    ),
+    "runtime": ("fairstream.spark", "fairstream.testing", "fairstream.cli"),
+    "spark": ("fairstream.runtime", "fairstream.testing", "fairstream.cli"),
+    "testing": ("fairstream.cli", "fairstream.spark"),
+}
+
+
+@pytest.mark.parametrize("area", sorted(FORBIDDEN))
+def test_imports_flow_one_way(area: str) -> None:
+    offenders = {
+        f"{path.relative_to(PACKAGE)} imports {name}"
+        for path in _modules(area)
+        for name in _imports(path)
+        if name.startswith(FORBIDDEN[area])
+    }
+    assert not offenders
+
+
+@pytest.mark.parametrize("leaf", ["errors.py", "ranges.py", "config.py", "logs.py"])
+def test_leaf_modules_import_only_leaves(leaf: str) -> None:
+    ours = {name for name in _imports(PACKAGE / leaf) if name.startswith("fairstream")}
+    assert ours <= {"fairstream.errors"}
+
+
+def test_fairstream_does_not_import_the_test_kit() -> None:
+    assert not any(
+        name.startswith("fairstream.testing") for name in _imports(PACKAGE / "__init__.py")
+    )
+
+
+@pytest.mark.parametrize("module", ["fairstream", "fairstream.assign", "fairstream.testing"])
+def test_all_is_sorted_and_complete(module: str) -> None:
+    mod = importlib.import_module(module)
+    exported = list(mod.__all__)
+    assert exported == sorted(exported, key=lambda n: (not n.isupper(), n))
+    public = {
+        name
+        for name, value in vars(mod).items()
+        if not name.startswith("_") and getattr(value, "__module__", "").startswith("fairstream")
+    }
+    assert public <= set(exported), f"public but not in __all__: {public - set(exported)}"
+    for name in exported:
+        assert hasattr(mod, name)

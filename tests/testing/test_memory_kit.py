@@ -1,0 +1,48 @@
+"""The in-memory kit as a user meets it: publish, await handling, inspect the DLQ."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from fairstream import App, ConfigError, Record, RetryPolicy
+from fairstream.testing import MemoryBroker
+
+
+async def test_publish_drain_and_inspect_dead_letters() -> None:
+    broker = MemoryBroker()
+    broker.create_topic("orders", partitions=2)
+    app = App(group_id="billing", clients=broker.clients, retry=RetryPolicy(attempts=1))
+    totals: list[int] = []
+
+    @app.subscriber("orders")
+    async def handle(record: Record[dict[str, int]]) -> None:
+        if record.value["amount"] < 0:
+            raise ValueError("negative amount")
+        totals.append(record.value["amount"])
+
+    async with app:
+        for amount in (3, -1, 4):
+            await broker.publish("orders", b'{"amount": %d}' % amount)
+        with anyio.fail_after(5):
+            await broker.drain(app)
+        broker.create_topic("receipts")
+        await app.publish("receipts", {"total": sum(totals)}, key="billing")
+
+    assert sorted(totals) == [3, 4]
+    assert [r.value for r in broker.records("receipts")] == [b'{"total":7}']
+    (dead,) = broker.records("orders.dlq")
+    assert dict(dead.headers)["fairstream.error.message"] == b"negative amount"
+    assert [broker.committed("billing", "orders", p) for p in (0, 1)] == [2, 1]
+
+
+async def test_a_missing_topic_fails_at_start_like_on_kafka() -> None:
+    broker = MemoryBroker()
+    app = App(group_id="g", clients=broker.clients)
+
+    @app.subscriber("nowhere")
+    async def handle(record: Record[bytes]) -> None: ...
+
+    with pytest.raises(ConfigError, match="not found on the cluster"):
+        async with app:
+            pass
