@@ -250,6 +250,15 @@ class App:
                 log.info("shutdown_requested", signal=signal.Signals(signum).name)
                 engine.request_stop()
 
+    async def wait_ready(self) -> None:
+        """Return once the app has joined its group and received its first assignment.
+
+        Bound it yourself (``with anyio.fail_after(30): await app.wait_ready()``).
+        """
+        if self._engine is None:
+            raise ConfigError("app", self.group_id, "is not running", "start it first")
+        await self._engine.joined.wait()
+
     def stop(self) -> None:
         """Ask a running app to drain, commit and leave its group."""
         if self._engine is not None:

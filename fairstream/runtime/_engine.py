@@ -86,6 +86,7 @@ class Engine:
         self._work = anyio.Event()
         self._drained = anyio.Event()
         self._stop = anyio.Event()
+        self.joined = anyio.Event()
         self._stopping = False
         self._failure: FairstreamError | None = None
         self.state = "created"
@@ -283,6 +284,7 @@ class Engine:
             lane = self._lane_of_topic[tp[0]]
             self._scheduler.add_partition(tp, lane, self._subscribers[lane].max_batch)
             self._offsets.assign(tp, committed=None)
+        self.joined.set()
         log.info("partitions_assigned", group_id=self.group_id, partitions=sorted(tps))
 
     async def on_revoked(self, tps: set[TP]) -> None:
