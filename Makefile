@@ -15,7 +15,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m fairstream.demo
+	$(BIN)/python examples/demo.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check fairstream tests examples benchmarks

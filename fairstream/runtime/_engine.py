@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
+import anyio.lowlevel
 import structlog
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
@@ -225,6 +226,9 @@ class Engine:
             await self._run_dispatch(dispatch)
             if scheduler.has_ready():
                 self._wake()
+            # A handler that never suspends would otherwise keep the loop to itself:
+            # the fetcher (and an in-process producer) must run between dispatches.
+            await anyio.lowlevel.checkpoint()
 
     async def _run_dispatch(self, dispatch: Dispatch[Any]) -> None:
         subscriber = self._subscribers[dispatch.lane]

@@ -22,6 +22,9 @@ async def test_publish_drain_and_inspect_dead_letters() -> None:
         totals.append(record.value["amount"])
 
     async with app:
+        with anyio.fail_after(5):
+            await app.wait_ready()
+        assert app.health().ready
         for amount in (3, -1, 4):
             await broker.publish("orders", b'{"amount": %d}' % amount)
         with anyio.fail_after(5):
