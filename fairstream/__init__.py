@@ -22,6 +22,7 @@ from fairstream.errors import (
     PlanError,
 )
 from fairstream.runtime._app import App, Health
+from fairstream.runtime._assignors import make_assignor
 from fairstream.runtime._decode import DecodeError, Decoder
 from fairstream.runtime._record import Record
 from fairstream.runtime._stats import AppStats, PartitionStats
@@ -46,6 +47,7 @@ __all__ = [
     "RetryPolicy",
     "SchedulerConfig",
     "SecurityConfig",
+    "make_assignor",
 ]
 
 __version__ = "0.1.0"
