@@ -35,6 +35,10 @@ def add_record_context(
     return event
 
 
+def _stderr_logger(*_args: object) -> structlog.PrintLogger:
+    return structlog.PrintLogger(sys.stderr)
+
+
 def configure(fmt: LogFormat = "auto", level: int | str = logging.INFO) -> None:
     """Route fairstream's (and the user's) structlog events to stderr.
 
@@ -71,6 +75,8 @@ def configure(fmt: LogFormat = "auto", level: int | str = logging.INFO) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # Look sys.stderr up per logger, not once: it may be swapped (pytest capture,
+        # a daemon redirecting it) after configure() ran.
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )
