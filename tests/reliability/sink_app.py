@@ -1,0 +1,59 @@
+"""The app the process scenarios run with ``fairstream run tests.reliability.sink_app:build``.
+
+Configured from the environment, so a test can start it as a real process, kill
+it and start it again:
+
+- ``FAIRSTREAM_BOOTSTRAP``, ``FAIRSTREAM_INSTANCE_ID``: read by fairstream itself;
+- ``SINK_GROUP_ID``, ``SINK_TOPIC``, ``SINK_PATH`` (the sink file), ``SINK_TAG``;
+- ``SINK_DELAY``: seconds the handler spends per record (default 0.001), so a
+  SIGKILL lands in the middle of a batch;
+- ``SINK_MAX_BATCH``, ``SINK_COMMIT_INTERVAL``, ``SINK_SESSION_TIMEOUT_MS``;
+- ``SINK_ASSIGNOR``, ``SINK_THRESHOLD``, ``SINK_SASL_PASSWORD``: for the bad
+  configuration and secrets scenarios.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import anyio
+
+from fairstream import App, ConsumerConfig, Record, SchedulerConfig, SecurityConfig
+from tests.reliability.checker import Sink
+
+
+def build() -> App:
+    env = os.environ
+    security = None
+    if env.get("SINK_SASL_PASSWORD"):
+        security = SecurityConfig(
+            protocol="SASL_PLAINTEXT",
+            sasl_mechanism="PLAIN",
+            username="svc-orders",
+            password=env["SINK_SASL_PASSWORD"],
+        )
+    app = App(
+        group_id=env.get("SINK_GROUP_ID", "sink"),
+        assignor=env.get("SINK_ASSIGNOR", "fair"),
+        parallel_rebalance_threshold=int(env.get("SINK_THRESHOLD", "10000")),
+        consumer=ConsumerConfig(
+            session_timeout_ms=int(env.get("SINK_SESSION_TIMEOUT_MS", "10000")),
+            heartbeat_interval_ms=1_000,
+        ),
+        scheduler=SchedulerConfig(
+            commit_interval=float(env.get("SINK_COMMIT_INTERVAL", "0.5")),
+            max_batch=int(env.get("SINK_MAX_BATCH", "100")),
+        ),
+        security=security,
+    )
+    sink = Sink(env.get("SINK_PATH", "sink.log"), env.get("SINK_TAG", str(os.getpid())))
+    delay = float(env.get("SINK_DELAY", "0.001"))
+
+    @app.subscriber(env.get("SINK_TOPIC", "orders"), batch=True)
+    async def handle(records: list[Record[dict[str, Any]]]) -> None:
+        for record in records:
+            sink.write_record(record)
+            await anyio.sleep(delay)
+
+    return app
