@@ -194,7 +194,12 @@ class EmbeddedBroker:
                     bootstrap=self.bootstrap,
                 )
             time.sleep(0.1)
-        log.info("broker_started", engine=self.engine, bootstrap=self.bootstrap)
+        log.info(
+            "broker_started",
+            engine=self.engine,
+            bootstrap=self.bootstrap,
+            data_dir=str(self.data_dir),
+        )
         return self
 
     def _stderr_tail(self) -> str:
