@@ -23,6 +23,7 @@ from fairstream.errors import ConfigError, FairstreamError
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from fairstream import App
     from fairstream.assign import Assignment, GroupSnapshot, PlanStats
 
 __all__ = ["main"]
@@ -450,6 +451,18 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default="auto",
         help="log lines as JSON or for a terminal (default: auto, console on a TTY)",
     )
+    parser.add_argument(
+        "--http-port",
+        type=int,
+        default=None,
+        help="serve /metrics (Prometheus text), /health and /ready on 127.0.0.1:PORT "
+        "(default: no HTTP endpoint)",
+    )
+    parser.add_argument(
+        "--http-host",
+        default="127.0.0.1",
+        help="address for --http-port (default 127.0.0.1; 0.0.0.0 for a container)",
+    )
     parser.set_defaults(run=_run_run, log_level_default="INFO")
 
 
@@ -461,8 +474,24 @@ def _run_run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
     if args.bootstrap:
         app.bootstrap = args.bootstrap
-    anyio.run(app.run)
+    if args.http_port is None:
+        anyio.run(app.run)
+    else:
+        anyio.run(_run_with_status, app, args.http_host, args.http_port)
     return 0
+
+
+async def _run_with_status(app: App, host: str, port: int) -> None:
+    import anyio
+
+    from fairstream.runtime._http import serve_status
+
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(
+            lambda task_status: serve_status(app, host=host, port=port, task_status=task_status)
+        )
+        await app.run()
+        tasks.cancel_scope.cancel()
 
 
 # --- entry point --------------------------------------------------------------------

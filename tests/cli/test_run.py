@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 
+from fairstream.testing import free_port
 from tests.conftest import Broker, TopicFactory
 from tests.kafka_helpers import committed, produce
 
@@ -35,12 +37,29 @@ async def test_sigterm_drains_commits_and_exits_zero(
     topic = await make_topic(partitions=2)
     await produce(broker.bootstrap, topic, [(i % 2, b'{"amount": %d}' % i) for i in range(200)])
     env = {"FAIRSTREAM_GROUP_ID": group_id, "QUICKSTART_TOPIC": topic}
-    process = _spawn("run", "quickstart:app", "--bootstrap", broker.bootstrap, env=env)
+    port = free_port()
+    process = _spawn(
+        "run",
+        "quickstart:app",
+        "--bootstrap",
+        broker.bootstrap,
+        "--http-port",
+        str(port),
+        env=env,
+    )
     try:
         with anyio.fail_after(60):
             while await committed(broker.bootstrap, group_id, topic, 2) != [100, 100]:
                 assert process.poll() is None, process.communicate()[1]
                 await anyio.sleep(0.2)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            ready = await client.get("/ready")
+            metrics = await client.get("/metrics")
+            missing = await client.get("/nowhere")
+        assert ready.status_code == 200 and ready.json()["state"] == "running"
+        assert 'fairstream_partition_handled_total{group_id="' in metrics.text
+        assert "# TYPE fairstream_partition_lag gauge" in metrics.text
+        assert missing.status_code == 404
         process.send_signal(signal.SIGTERM)
         await anyio.to_thread.run_sync(process.wait, 30)
     finally:
@@ -81,8 +100,6 @@ def test_bad_app_spec_is_one_clear_line(spec: str, message: str) -> None:
 
 
 def test_unreachable_bootstrap_exits_2_without_traceback() -> None:
-    from fairstream.testing import free_port
-
     result = _run_cli("run", "quickstart:app", "--bootstrap", f"127.0.0.1:{free_port()}")
     assert result.returncode == 2
     assert "cannot reach the Kafka cluster" in result.stderr
