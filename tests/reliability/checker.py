@@ -158,12 +158,20 @@ def read_sightings(path: Path | str) -> list[Sighting]:
 
 async def wait_for_sightings(path: Path | str, unique: int, wait_limit: float) -> list[Sighting]:
     """Poll a sink file written by another process until it holds ``unique`` ids."""
+    # Another process writes the file, so there is no event to wait on: poll it,
+    # within a deadline.
     with anyio.fail_after(wait_limit):
-        while True:
-            sightings = await anyio.to_thread.run_sync(read_sightings, path)
-            if len({s.id for s in sightings}) >= unique:
-                return sightings
+        while await anyio.to_thread.run_sync(_count_unique, path) < unique:  # noqa: ASYNC110
             await anyio.sleep(0.1)
+    return read_sightings(path)
+
+
+def _count_unique(path: Path | str) -> int:
+    try:
+        with open(path, "rb") as sink:
+            return len({line.split(b"\t", 1)[0] for line in sink if line.endswith(b"\n")})
+    except FileNotFoundError:
+        return 0
 
 
 def check(

@@ -126,6 +126,7 @@ async def kill_and_restart(
     workdir: Path,
     session_timeout_ms: int = 6_000,
     kill_after: float = 0.3,
+    delay: float = 0.001,
     wait_limit: float = 120,
 ) -> KillRestart:
     """Run ``fairstream run`` as a process, SIGKILL it once ``kill_after`` of the
@@ -151,6 +152,7 @@ async def kill_and_restart(
         # Commits trail the handler by up to a second: the uncommitted window that
         # a kill leaves behind is what the restarted member must handle again.
         "SINK_COMMIT_INTERVAL": "1.0",
+        "SINK_DELAY": str(delay),
     }
     if static:
         env["FAIRSTREAM_INSTANCE_ID"] = "sink-0"

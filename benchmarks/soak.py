@@ -1,0 +1,197 @@
+"""Reliability soak: the long versions of the tests/reliability scenarios.
+
+Each scenario produces N records with unique ids, injects its fault, and counts
+every id end to end (a handled or dead-lettered record counts once; a record
+never seen is lost; a second sighting is a duplicate). The scenarios are the
+same functions the quick suite asserts on, only larger:
+
+- kill -9 + restart: ``fairstream run`` SIGKILLed at 30%, restarted (tansu:
+  dynamic member, evicted after the session timeout; noida: same instance id);
+- rebalance storm: one member stays, ``--storm-events`` joins and leaves of three
+  others over ``--storm-seconds`` while the records are produced;
+- broker restart: a dedicated noida broker restarted ``--restarts`` times on its
+  data directory while a static member consumes (noida only: tansu is memory-only);
+- handler errors: 5% of records always fail (dead-lettered after 3 attempts),
+  10% fail once (retried);
+- poison: 1 record in 100 is invalid UTF-8, invalid JSON, ~1 MB invalid, ~1 MB
+  valid, or an empty key and value (capped at ``--poison-records``).
+
+    python benchmarks/soak.py                         # everything, 200k records
+    python benchmarks/soak.py --records 20000 --only storm kill --engines noida
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+
+# Run as a script from the repository root: the scenarios live with the tests.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fairstream import logs
+from fairstream.testing import EmbeddedBroker
+from tests.reliability.checker import Result
+from tests.reliability.scenarios import (
+    broker_restart,
+    handler_failures,
+    kill_and_restart,
+    poison_records,
+    rebalance_storm,
+)
+
+SCENARIOS = ("kill", "storm", "restart", "errors", "poison")
+HEADER = ("scenario", "engine", "records", "lost", "duplicated", "seconds")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Long reliability scenarios on the embedded brokers; prints a table of "
+        "records, lost, duplicated and seconds per scenario (markdown, for RESULTS.md).",
+    )
+    parser.add_argument("--records", type=int, default=200_000, help="records per scenario")
+    parser.add_argument("--partitions", type=int, default=6, help="partitions per topic")
+    parser.add_argument("--storm-events", type=int, default=20, help="joins + leaves")
+    parser.add_argument("--storm-seconds", type=float, default=60.0, help="storm length")
+    parser.add_argument("--restarts", type=int, default=3, help="broker restarts (noida)")
+    parser.add_argument(
+        "--poison-records", type=int, default=20_000, help="records in the poison scenario"
+    )
+    parser.add_argument("--seed", type=int, default=2026, help="seed of the handler errors")
+    parser.add_argument(
+        "--engines", nargs="+", choices=["noida", "tansu"], default=["noida", "tansu"]
+    )
+    parser.add_argument("--only", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
+    parser.add_argument(
+        "--log-level",
+        default="CRITICAL",
+        help="fairstream's log level on stderr (default CRITICAL: the errors scenario "
+        "dead-letters thousands of records, each an error event)",
+    )
+    return parser.parse_args(argv)
+
+
+Runner = Callable[[str, bool, Path], Awaitable[Result]]
+
+
+def runners(args: argparse.Namespace) -> dict[str, Runner]:
+    n, parts = args.records, args.partitions
+
+    async def kill(bootstrap: str, static: bool, work: Path) -> Result:
+        outcome = await kill_and_restart(
+            bootstrap,
+            static=static,
+            records=n,
+            partitions=parts,
+            workdir=work,
+            delay=0.0001,
+            wait_limit=1_800,
+        )
+        # Anything duplicated outside the uncommitted window is a bug: say so loudly.
+        extra = outcome.result.duplicated_ids - outcome.window
+        if extra:
+            print(f"!! {len(extra)} duplicates outside the uncommitted window", file=sys.stderr)
+        return outcome.result
+
+    async def storm(bootstrap: str, static: bool, work: Path) -> Result:
+        return await rebalance_storm(
+            bootstrap,
+            static=static,
+            records=n,
+            partitions=parts,
+            events=args.storm_events,
+            seconds=args.storm_seconds,
+            workdir=work,
+            wait_limit=1_800,
+        )
+
+    async def restart(bootstrap: str, static: bool, work: Path) -> Result:
+        outcome = await broker_restart(
+            records=n, partitions=parts, restarts=args.restarts, workdir=work, wait_limit=1_800
+        )
+        return outcome.result
+
+    async def errors(bootstrap: str, static: bool, work: Path) -> Result:
+        outcome = await handler_failures(
+            bootstrap,
+            static=static,
+            records=n,
+            partitions=parts,
+            permanent_rate=0.05,
+            transient_rate=0.10,
+            seed=args.seed,
+            workdir=work,
+            wait_limit=1_800,
+        )
+        return outcome.result
+
+    async def poison(bootstrap: str, static: bool, work: Path) -> Result:
+        outcome = await poison_records(
+            bootstrap,
+            static=static,
+            records=args.poison_records,
+            partitions=parts,
+            every=100,
+            large=1_000_000,
+            workdir=work,
+            wait_limit=1_800,
+        )
+        return outcome.result
+
+    return {"kill": kill, "storm": storm, "restart": restart, "errors": errors, "poison": poison}
+
+
+def markdown(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in [HEADER, *rows]) for i in range(len(HEADER))]
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(HEADER), rule, *(line(row) for row in rows)])
+
+
+async def soak(args: argparse.Namespace) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    run = runners(args)
+    with tempfile.TemporaryDirectory(prefix="fairstream-soak-") as tmp:
+        work = Path(tmp)
+        for engine in args.engines:
+            broker = EmbeddedBroker(engine)
+            await anyio.to_thread.run_sync(broker.start)
+            try:
+                # noida never evicts a member: every member gets an instance id there.
+                static = not broker.info.evicts_dead_members
+                for name in args.only:
+                    if name == "restart" and not broker.info.restartable:
+                        continue
+                    started = time.monotonic()
+                    result = await run[name](broker.bootstrap, static, work)
+                    scenario, records, lost, duplicated, seconds = result.row()
+                    rows.append((scenario, engine, records, lost, duplicated, seconds))
+                    print(
+                        f"{scenario} on {engine}: {lost} lost, {duplicated} duplicated "
+                        f"({time.monotonic() - started:.0f} s)",
+                        file=sys.stderr,
+                    )
+            finally:
+                await anyio.to_thread.run_sync(broker.stop)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logs.configure("console", args.log_level)
+    rows = anyio.run(soak, args)
+    print(markdown(rows))
+    lost = sum(int(row[3].replace(",", "")) for row in rows)
+    return 1 if lost else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
