@@ -23,6 +23,7 @@ same functions the quick suite asserts on, only larger:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 import time
@@ -99,7 +100,7 @@ def runners(args: argparse.Namespace) -> dict[str, Runner]:
         return outcome.result
 
     async def storm(bootstrap: str, static: bool, work: Path) -> Result:
-        return await rebalance_storm(
+        outcome = await rebalance_storm(
             bootstrap,
             static=static,
             records=n,
@@ -109,6 +110,13 @@ def runners(args: argparse.Namespace) -> dict[str, Runner]:
             workdir=work,
             wait_limit=1_800,
         )
+        for crash in outcome.crashes:
+            print(f"!! member crashed during the storm: {crash}", file=sys.stderr)
+        if not outcome.crashes:
+            return outcome.result
+        # A crash is a failure even when the restarted member lost nothing: show it.
+        label = f"{outcome.result.scenario}, {len(outcome.crashes)} member crash(es)"
+        return dataclasses.replace(outcome.result, scenario=label)
 
     async def restart(bootstrap: str, static: bool, work: Path) -> Result:
         outcome = await broker_restart(

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -34,6 +35,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from fairstream import (
     App,
     ConsumerConfig,
+    FairstreamError,
     Record,
     RetryPolicy,
     SchedulerConfig,
@@ -57,6 +59,7 @@ __all__ = [
     "HandlerFailures",
     "KillRestart",
     "Poison",
+    "Storm",
     "broker_restart",
     "handler_failures",
     "kill_and_restart",
@@ -215,18 +218,26 @@ def _sink_app(
 
 
 class _Member:
-    """An app running in its own task until :meth:`leave`."""
+    """An app running in its own task until :meth:`leave`.
+
+    An app that stops on its own with a :class:`FairstreamError` is kept in
+    ``failure`` rather than tearing the scenario down, so the scenario can report
+    it (and bring the member back, as a supervisor would).
+    """
 
     def __init__(self, app: App) -> None:
         self.app = app
         self._leave = anyio.Event()
         self.gone = anyio.Event()
+        self.failure: FairstreamError | None = None
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         try:
             async with self.app:
                 task_status.started()
                 await self._leave.wait()
+        except FairstreamError as exc:
+            self.failure = exc
         finally:
             self.gone.set()
 
@@ -237,6 +248,17 @@ class _Member:
 
 
 # --- 2. a rebalance storm while producing ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Storm:
+    """``handled_by``: records each member handled, so a test can see the guests worked;
+    ``crashes``: members that stopped on their own, with the error (brought back up)."""
+
+    result: Result
+    handled_by: Counter[str]
+    events: int
+    crashes: list[str]
 
 
 async def rebalance_storm(
@@ -251,7 +273,7 @@ async def rebalance_storm(
     pool: int = 3,
     session_timeout_ms: int = 6_000,
     wait_limit: float = 180,
-) -> Result:
+) -> Storm:
     """One member stays; ``events`` joins and leaves of ``pool`` others over
     ``seconds`` while the producer spreads ``records`` over the same time.
 
@@ -280,6 +302,14 @@ async def rebalance_storm(
         )
 
     done_events = 0
+    crashes: list[str] = []
+
+    def crashed(name: str, member: _Member) -> bool:
+        if member.failure is None:
+            return False
+        crashes.append(f"{name}: {type(member.failure).__name__}: {member.failure}")
+        return True
+
     async with anyio.create_task_group() as tasks:
         anchor = _Member(app("anchor"))
         await tasks.start(anchor.run)
@@ -291,7 +321,7 @@ async def rebalance_storm(
         tick = seconds / max(1, events)
         for event in range(events):
             name = names[event % pool]
-            if name in up:
+            if name in up and not crashed(name, up[name]):
                 await up.pop(name).leave()
             else:
                 up[name] = _Member(app(name))
@@ -299,17 +329,23 @@ async def rebalance_storm(
             done_events += 1
             await anyio.sleep(tick)  # load shape: the pace of the storm, not a wait
         for name in names:
-            if name not in up:
+            if name not in up or crashed(name, up[name]):
                 up[name] = _Member(app(name))
                 await tasks.start(up[name].run)
                 done_events += 1
+        if crashed("anchor", anchor):
+            anchor = _Member(app("anchor"))
+            await tasks.start(anchor.run)
         await sink.wait_unique(records, wait_limit)
         for member in [anchor, *up.values()]:
             await member.leave()
     sink.close()
-    seen = [s.id for s in read_sightings(sink.path)]
+    sightings = read_sightings(sink.path)
     label = f"rebalance storm ({done_events} joins/leaves)"
-    return check(label, ids, seen, seconds=time.monotonic() - started)
+    result = check(label, ids, [s.id for s in sightings], seconds=time.monotonic() - started)
+    crashes += [f"{n}: {m.failure}" for n, m in [("anchor", anchor), *up.items()] if m.failure]
+    handled_by = Counter(s.tag for s in sightings)
+    return Storm(result=result, handled_by=handled_by, events=done_events, crashes=crashes)
 
 
 # --- 3. the broker restarted on the same data directory -------------------------------
