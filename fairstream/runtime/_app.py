@@ -30,6 +30,7 @@ from fairstream.runtime._clients import AIOKafkaClients, KafkaClients
 from fairstream.runtime._decode import Decoder, decoder_for
 from fairstream.runtime._engine import Ack, Engine
 from fairstream.runtime._record import Headers, Record
+from fairstream.runtime._shadow import ShadowHandoff
 from fairstream.runtime._stats import AppStats, prometheus_text
 from fairstream.runtime._subscriber import Subscriber
 
@@ -75,6 +76,13 @@ class App:
     Run it with ``await app.run()`` (stops on SIGINT/SIGTERM), ``async with app:``,
     ``FastAPI(lifespan=app.lifespan)`` or ``fairstream run module:app``.
 
+    ``parallel_rebalance=True`` (KIP-333; per subscriber too) serves new records at
+    once when a partition arrives with more than ``parallel_rebalance_threshold``
+    records of lag, and replays the backlog beside them with ``record.replay`` set
+    (docs/parallel_rebalance.md). ``shadow_handoff`` handles backlog ranges of more
+    than ``shadow_handoff_threshold`` records elsewhere, e.g.
+    ``fairstream.spark.handoff.spark_shadow_handoff(...)``.
+
     :raises ConfigError: for an unknown assignor, a bad threshold, a missing bootstrap.
     """
 
@@ -93,6 +101,8 @@ class App:
         ack: Ack = "auto",
         parallel_rebalance: bool = False,
         parallel_rebalance_threshold: int = 10_000,
+        shadow_handoff: ShadowHandoff | None = None,
+        shadow_handoff_threshold: int = 1_000_000,
         clients: ClientsFactory | None = None,
     ) -> None:
         env = from_env()
@@ -108,6 +118,15 @@ class App:
                 "must be >= 0",
                 "it is the lag (records) above which a partition is caught up in parallel",
             )
+        if shadow_handoff_threshold < 0:
+            raise ConfigError(
+                "shadow_handoff_threshold",
+                shadow_handoff_threshold,
+                "must be >= 0",
+                "it is the size (records) above which a shadow range goes to shadow_handoff",
+            )
+        if parallel_rebalance and ack == "manual":
+            raise _manual_ack_error()
         self.group_id = group_id
         self.assignor = assignor
         resolve(assignor, field="assignor")  # fail here, not at the first join
@@ -120,6 +139,8 @@ class App:
         self.ack: Ack = ack
         self.parallel_rebalance = parallel_rebalance
         self.parallel_rebalance_threshold = parallel_rebalance_threshold
+        self.shadow_handoff = shadow_handoff
+        self.shadow_handoff_threshold = shadow_handoff_threshold
         self._clients_factory = clients or _aiokafka_clients
         self._subscribers: list[Subscriber] = []
         self._engine: Engine | None = None
@@ -170,6 +191,8 @@ class App:
         )
         if threshold < 0:
             raise ConfigError("parallel_rebalance_threshold", threshold, "must be >= 0")
+        if parallel_rebalance and self.ack == "manual":
+            raise _manual_ack_error()
 
         def register(handler: H) -> H:
             is_async = inspect.iscoroutinefunction(handler)  # kept apart: TypeGuard would widen H
@@ -220,6 +243,9 @@ class App:
             clients=self._clients,
             scheduler=self.scheduler_config,
             ack=self.ack,
+            auto_offset_reset=self.consumer_config.auto_offset_reset,
+            shadow_handoff=self.shadow_handoff,
+            shadow_handoff_threshold=self.shadow_handoff_threshold,
         )
         return self._engine
 
@@ -358,6 +384,15 @@ class App:
             ready=state == "running" and member is not None,
             state=state,
         )
+
+
+def _manual_ack_error() -> ConfigError:
+    return ConfigError(
+        "parallel_rebalance",
+        True,
+        "needs ack='auto'",
+        "the runtime commits the shadow's progress itself; use ack='auto' or turn it off",
+    )
 
 
 def _aiokafka_clients(app: App, subscribers: list[Subscriber]) -> KafkaClients:

@@ -4,15 +4,22 @@ The engine talks to :class:`KafkaClients`, a small Protocol; :class:`AIOKafkaCli
 implements it with aiokafka for real clusters and ``fairstream.testing`` with an
 in-memory broker. Third-party errors are wrapped here, at the boundary, into
 messages that say what to check.
+
+Parallel rebalance (KIP-333) needs more: committed metadata, true end offsets, a
+seek, and group-less shadow readers. That is :class:`ShadowClients`, a separate,
+optional Protocol: clients without it (the in-memory kit, for now) consume plainly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+import time
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Protocol, runtime_checkable
 
+import anyio
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
 
@@ -20,9 +27,18 @@ from fairstream.config import ConsumerConfig, SecurityConfig
 from fairstream.errors import BrokerError, ConfigError
 from fairstream.runtime._assignors import PlanningAssignor
 from fairstream.runtime._record import Headers
+from fairstream.runtime._scheduler import TP
 from fairstream.runtime._subscriber import Subscriber
 
-__all__ = ["AIOKafkaClients", "ConsumerPort", "KafkaClients", "dead_letter_headers"]
+__all__ = [
+    "AIOKafkaClients",
+    "ConsumerPort",
+    "KafkaClients",
+    "ShadowClients",
+    "ShadowReader",
+    "dead_letter_headers",
+    "record_bytes",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -58,6 +74,58 @@ class KafkaClients(Protocol):
         self, subscriber: Subscriber, raw: Any, error: BaseException, attempts: int
     ) -> None: ...
     async def aclose(self) -> None: ...
+
+
+class ShadowReader(Protocol):
+    """A group-less reader of one partition, for a KIP-333 shadow task."""
+
+    def seek(self, offset: int) -> None: ...
+    async def read(self, end: int) -> list[Any] | None:
+        """The next records below ``end`` (maybe none yet); ``None`` once it reached ``end``.
+
+        :raises BrokerError: reading failed (``retriable`` says whether to try again).
+        """
+        ...
+
+
+@runtime_checkable
+class ShadowClients(Protocol):
+    """What parallel rebalance needs beyond :class:`KafkaClients`; optional."""
+
+    async def committed_offsets(self, tps: Collection[TP]) -> dict[TP, tuple[int, str] | None]:
+        """The group's committed offset and metadata per partition (``None``: no commit).
+
+        :raises BrokerError: the query failed.
+        """
+        ...
+
+    async def offset_bounds(self, tps: Collection[TP]) -> dict[TP, tuple[int, int]]:
+        """Log start and end offset (high watermark) per partition.
+
+        :raises BrokerError: the query failed.
+        """
+        ...
+
+    def seek(self, tp: TP, offset: int) -> None:
+        """Move the group consumer's next fetch of ``tp`` (in the assign listener)."""
+        ...
+
+    def shadow_reader(self, tp: TP) -> AbstractAsyncContextManager[ShadowReader]: ...
+
+
+def record_bytes(records: Sequence[Any]) -> int:
+    """Queue bytes charged for fetched records: their values plus a fixed overhead each."""
+    values: int = sum(r.serialized_value_size for r in records)
+    return values + 64 * len(records)
+
+
+def _read_error(clients: AIOKafkaClients, what: str, exc: KafkaError) -> BrokerError:
+    return BrokerError(
+        f"could not read {what} (group {clients.group_id!r}): {type(exc).__name__}: {exc}; "
+        "check that the cluster is up and the group may be described",
+        bootstrap=clients.bootstrap,
+        retriable=bool(getattr(exc, "retriable", False)),
+    )
 
 
 def dead_letter_headers(raw: Any, error: BaseException, attempts: int) -> Headers:
@@ -110,7 +178,10 @@ class AIOKafkaClients:
         )
         self._producer = AIOKafkaProducer(**common, client_id=f"{config.client_id}-producer")
         self._assignor = assignor
+        self._config = config
         self._started: list[Any] = []
+        self._admin: AIOKafkaAdminClient | None = None
+        self._probe: AIOKafkaConsumer | None = None
 
     @property
     def consumer(self) -> ConsumerPort:
@@ -211,12 +282,118 @@ class AIOKafkaClients:
             headers=dead_letter_headers(raw, error, attempts),
         )
 
+    # --- parallel rebalance (ShadowClients) -------------------------------------------
+
+    def _group_less_consumer(self, role: str) -> AIOKafkaConsumer:
+        return AIOKafkaConsumer(
+            **self._common,
+            client_id=f"{self._config.client_id}-{role}",
+            enable_auto_commit=False,
+            # A range start below the log start was deleted by retention: read on.
+            auto_offset_reset="earliest",
+            fetch_max_bytes=self._config.fetch_max_bytes,
+            max_partition_fetch_bytes=self._config.max_partition_fetch_bytes,
+        )
+
+    async def committed_offsets(self, tps: Collection[TP]) -> dict[TP, tuple[int, str] | None]:
+        if self._admin is None:
+            admin = AIOKafkaAdminClient(**self._common, client_id=f"{self._config.client_id}-admin")
+            await self._start(admin, "admin client")
+            self._admin = admin
+        # Name the partitions: tansu fails an OffsetFetch for "all partitions".
+        wanted = [TopicPartition(*tp) for tp in sorted(tps)]
+        try:
+            found = await self._admin.list_consumer_group_offsets(self.group_id, partitions=wanted)
+        except KafkaError as exc:
+            raise _read_error(self, "the committed offsets", exc) from exc
+        result: dict[TP, tuple[int, str] | None] = dict.fromkeys(sorted(tps))
+        for tp, meta in found.items():
+            if meta.offset >= 0:
+                result[tp.topic, tp.partition] = (meta.offset, meta.metadata or "")
+        return result
+
+    async def offset_bounds(
+        self, tps: Collection[TP], *, timeout_s: float = 30.0
+    ) -> dict[TP, tuple[int, int]]:
+        # The end is a fetch's high watermark, not ListOffsets(latest): tansu answers
+        # the latter with the last batch's base offset + 1 (see runtime/_admin.py).
+        if self._probe is None:
+            probe = self._group_less_consumer("bounds")
+            await self._start(probe, "offset reader")
+            self._probe = probe
+        wanted = [TopicPartition(*tp) for tp in sorted(tps)]
+        if not wanted:
+            return {}
+        deadline = time.monotonic() + timeout_s
+        try:
+            self._probe.assign(wanted)
+            starts = await self._probe.beginning_offsets(wanted)
+            await self._probe.seek_to_end(*wanted)
+            while any(self._probe.highwater(tp) is None for tp in wanted):
+                if time.monotonic() > deadline:
+                    raise BrokerError(
+                        f"no fetch response for {len(wanted)} partition(s) within "
+                        f"{timeout_s:.0f} s; check that their leaders are up",
+                        bootstrap=self.bootstrap,
+                        retriable=True,
+                    )
+                await self._probe.getmany(*wanted, timeout_ms=100)
+            return {
+                (tp.topic, tp.partition): (starts[tp], self._probe.highwater(tp)) for tp in wanted
+            }
+        except KafkaError as exc:
+            raise _read_error(self, "the end offsets", exc) from exc
+        finally:
+            self._probe.unsubscribe()
+
+    def seek(self, tp: TP, offset: int) -> None:
+        self._consumer.seek(TopicPartition(*tp), offset)
+
+    @asynccontextmanager
+    async def shadow_reader(self, tp: TP) -> AsyncIterator[ShadowReader]:
+        consumer = self._group_less_consumer("shadow")
+        try:
+            await consumer.start()
+        except KafkaError as exc:
+            raise _read_error(self, f"{tp[0]}[{tp[1]}] for the shadow", exc) from exc
+        try:
+            consumer.assign([TopicPartition(*tp)])
+            yield _AIOKafkaShadowReader(consumer, TopicPartition(*tp), self)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await consumer.stop()
+
     async def aclose(self) -> None:
         """Stop the consumer (leaving the group), flush the producer, close lag reads."""
         while self._started:
             client = self._started.pop()
             try:
-                await client.stop()
+                if isinstance(client, AIOKafkaAdminClient):
+                    await client.close()
+                else:
+                    await client.stop()
             except KafkaError as exc:
                 log.warning("client_stop_failed", reason=f"{type(exc).__name__}: {exc}")
+        self._admin = self._probe = None
         await self._assignor.aclose()
+
+
+class _AIOKafkaShadowReader:
+    def __init__(self, consumer: AIOKafkaConsumer, tp: TopicPartition, clients: AIOKafkaClients):
+        self._consumer = consumer
+        self._tp = tp
+        self._clients = clients
+
+    def seek(self, offset: int) -> None:
+        self._consumer.seek(self._tp, offset)
+
+    async def read(self, end: int) -> list[Any] | None:
+        tp = self._tp
+        try:
+            if await self._consumer.position(tp) >= end:
+                return None
+            batches = await self._consumer.getmany(tp, timeout_ms=500)
+        except KafkaError as exc:
+            what = f"{tp.topic}[{tp.partition}] for the shadow"
+            raise _read_error(self._clients, what, exc) from exc
+        return [r for r in batches.get(tp, ()) if r.offset < end]

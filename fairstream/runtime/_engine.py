@@ -5,10 +5,13 @@ Tasks, all in one anyio task group owned by :meth:`Engine.run`:
 - the fetch loop polls aiokafka and pushes each partition's records into its
   bounded queue, pausing partitions whose queue is full;
 - ``concurrency`` workers take dispatches from the fair scheduler and run them;
-- the commit loop commits handled watermarks every ``commit_interval``.
+- the commit loop commits handled watermarks every ``commit_interval``;
+- the KIP-333 shadow tasks (``_shadow``) replay backlogs after a parallel-rebalance
+  jump, through the same scheduler and workers.
 
 aiokafka awaits the rebalance listener before it rejoins, so revocation can
-finish in-flight work, commit, and only then let the partitions go.
+finish in-flight work, commit, and only then let the partitions go; assignment
+reads the group's commits and decides whether to jump before any record is fetched.
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
-from fairstream.config import SchedulerConfig
+from fairstream.config import OffsetReset, SchedulerConfig
 from fairstream.errors import BrokerError, FairstreamError
-from fairstream.runtime._clients import KafkaClients
+from fairstream.runtime._clients import KafkaClients, ShadowClients, record_bytes
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._scheduler import TP, Dispatch, FairScheduler
+from fairstream.runtime._shadow import CatchUp, ShadowHandoff, ShadowTasks, plan_catch_up
 from fairstream.runtime._stats import AppStats, StatsRecorder
 from fairstream.runtime._subscriber import Subscriber
 from fairstream.runtime._workers import DispatchRunner
@@ -70,6 +74,9 @@ class Engine:
         clients: KafkaClients,
         scheduler: SchedulerConfig,
         ack: Ack,
+        auto_offset_reset: OffsetReset = "earliest",
+        shadow_handoff: ShadowHandoff | None = None,
+        shadow_handoff_threshold: int = 1_000_000,
     ) -> None:
         self.group_id = group_id
         self._subscribers = list(subscribers)
@@ -79,11 +86,34 @@ class Engine:
         self._clients = clients
         self._config = scheduler
         self._ack = ack
-        self._scheduler: FairScheduler[Any] = FairScheduler(quota=scheduler.partition_quota)
+        self._reset: OffsetReset = auto_offset_reset
+        # KIP-333: a shadow may hold half the handler slots (at least one), never all.
+        self._scheduler: FairScheduler[Any] = FairScheduler(
+            quota=scheduler.partition_quota, shadow_limit=max(1, scheduler.concurrency // 2)
+        )
         self._offsets = OffsetTracker()
         self.stats_recorder = StatsRecorder()
         self._runner = DispatchRunner(self._offsets, clients.dead_letter, self.stats_recorder)
-        self._in_flight: dict[TP, _InFlight] = {}
+        self._in_flight: dict[tuple[TP, bool], _InFlight] = {}
+        self._shadow_clients = clients if isinstance(clients, ShadowClients) else None
+        self._shadows: ShadowTasks | None = None
+        if self._shadow_clients is not None:
+            self._shadows = ShadowTasks(
+                clients=self._shadow_clients,
+                scheduler=self._scheduler,
+                offsets=self._offsets,
+                wake=self._wake,
+                fail=self._fail,
+                queue_max_records=scheduler.queue_max_records,
+                handoff=shadow_handoff,
+                handoff_threshold=shadow_handoff_threshold,
+            )
+        elif any(sub.parallel_rebalance for sub in self._subscribers):
+            log.warning(
+                "parallel_rebalance_unavailable",
+                group_id=group_id,
+                reason="the Kafka clients cannot read commit metadata or run a shadow",
+            )
         self._work = anyio.Event()
         self._drained = anyio.Event()
         self._stop = anyio.Event()
@@ -123,6 +153,8 @@ class Engine:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._fetch_loop)
                 tasks.start_soon(self._commit_loop)
+                if self._shadows is not None:
+                    tasks.start_soon(self._shadows.run)
                 for _ in range(self._config.concurrency):
                     tasks.start_soon(self._worker)
                 self.state = "running"
@@ -181,8 +213,7 @@ class Engine:
                 key = (tp.topic, tp.partition)
                 if key not in scheduler.queues or not records:
                     continue
-                nbytes = sum(r.serialized_value_size for r in records) + 64 * len(records)
-                queue = scheduler.push(key, records, nbytes)
+                queue = scheduler.push(key, records, record_bytes(records))
                 if not queue.paused and (
                     queue.count >= config.queue_max_records
                     or queue.nbytes >= config.queue_max_bytes
@@ -199,7 +230,8 @@ class Engine:
 
     def _resume_drained(self, dispatch: Dispatch[Any]) -> None:
         config = self._config
-        for piece in dispatch.slices:
+        # A shadow's queue is filled by its own reader, which waits for room itself.
+        for piece in () if dispatch.replay else dispatch.slices:
             queue = self._scheduler.queues.get(piece.tp)
             if (
                 queue is not None
@@ -233,19 +265,22 @@ class Engine:
     async def _run_dispatch(self, dispatch: Dispatch[Any]) -> None:
         subscriber = self._subscribers[dispatch.lane]
         running = _InFlight(anyio.CancelScope())
-        for piece in dispatch.slices:
-            self._in_flight[piece.tp] = running
+        keys = [(piece.tp, dispatch.replay) for piece in dispatch.slices]
+        for key in keys:
+            self._in_flight[key] = running
         try:
             with running.scope:
-                await self._runner.run(subscriber, dispatch, replay=False)
+                await self._runner.run(subscriber, dispatch)
         except FairstreamError as exc:
             self._fail(exc)
         finally:
-            for piece in dispatch.slices:
-                if self._in_flight.get(piece.tp) is running:
-                    del self._in_flight[piece.tp]
+            for key in keys:
+                if self._in_flight.get(key) is running:
+                    del self._in_flight[key]
             self._scheduler.release(dispatch)
             running.done.set()
+            if dispatch.replay and self._shadows is not None:
+                self._shadows.notify()
 
     # --- offsets --------------------------------------------------------------------
 
@@ -284,17 +319,127 @@ class Engine:
     # --- rebalance ------------------------------------------------------------------
 
     async def on_assigned(self, tps: set[TP]) -> None:
+        """Read commits, decide on KIP-333 jumps, then queue the partitions.
+
+        aiokafka fetches while it awaits this listener, so the partitions stay
+        paused until it is known where to read them from. It also logs and swallows
+        a listener's exceptions, so failures end here: if the commits cannot be
+        read, the partitions stay paused and unregistered (nothing of them is
+        handled or committed, so no open shadow range is overwritten) and the
+        engine stops with the error.
+        """
+        clients = self._shadow_clients
+        plans: dict[TP, CatchUp] = {}
+        partitions = [TopicPartition(*tp) for tp in sorted(tps)]
+        if clients is not None and tps:
+            self._clients.consumer.pause(*partitions)
+            try:
+                plans = await self._plan_catch_ups(clients, tps)
+            except FairstreamError as exc:
+                self._fail(exc)
+                return
         for tp in sorted(tps):
             lane = self._lane_of_topic[tp[0]]
             self._scheduler.add_partition(tp, lane, self._subscribers[lane].max_batch)
-            self._offsets.assign(tp, committed=None)
+            plan = plans.get(tp)
+            if plan is None:
+                self._offsets.assign(tp, committed=None)
+            else:
+                self._offsets.assign(tp, committed=plan.committed, metadata=plan.metadata)
+        if clients is not None and plans:
+            await self._catch_up(clients, plans)
+            self._clients.consumer.resume(*partitions)
         self.joined.set()
         log.info("partitions_assigned", group_id=self.group_id, partitions=sorted(tps))
 
+    async def _plan_catch_ups(self, clients: ShadowClients, tps: set[TP]) -> dict[TP, CatchUp]:
+        committed = await clients.committed_offsets(tps)
+        subscriber = {tp: self._subscribers[self._lane_of_topic[tp[0]]] for tp in tps}
+        eligible = {tp for tp in tps if subscriber[tp].parallel_rebalance and self._ack == "auto"}
+        bounds = await clients.offset_bounds(eligible) if eligible else {}
+        return {
+            tp: plan_catch_up(
+                committed[tp],
+                bounds.get(tp),
+                threshold=subscriber[tp].parallel_rebalance_threshold,
+                reset=self._reset,
+            )
+            for tp in tps
+        }
+
+    async def _catch_up(self, clients: ShadowClients, plans: dict[TP, CatchUp]) -> None:
+        """Jump where planned and the broker keeps metadata; start the shadows."""
+        jumps = {tp: plan for tp, plan in plans.items() if plan.jump is not None}
+        kept = await self._metadata_kept(clients, jumps) if jumps else set()
+        for tp, plan in sorted(jumps.items()):
+            if tp not in kept:
+                plans[tp] = plan.refuse("broker_dropped_metadata")
+        for tp, plan in sorted(plans.items()):
+            where = {"topic": tp[0], "partition": tp[1]}
+            if plan.refused is not None:
+                log.warning(
+                    "parallel_rebalance_refused", **where, reason=plan.refused, lag=plan.lag
+                )
+            if plan.jump is not None:
+                self._offsets.jump(tp, plan.jump, plan.shadow, plan.jump_metadata)
+                clients.seek(tp, plan.jump)
+                log.info(
+                    "parallel_rebalance_started",
+                    **where,
+                    committed=plan.start,
+                    jump=plan.jump,
+                    lag=plan.lag,
+                    shadow=[[r.start, r.end] for r in plan.shadow],
+                )
+        if kept:
+            # Commit the jump now: a crash right after must find [C, J) recorded.
+            await self.commit(set(kept))
+        if self._ack != "auto" or self._shadows is None:
+            return
+        for tp, plan in sorted(plans.items()):
+            if plan.shadow:
+                lane = self._lane_of_topic[tp[0]]
+                self._shadows.start(tp, lane, self._subscribers[lane].max_batch, plan.shadow)
+
+    async def _metadata_kept(self, clients: ShadowClients, jumps: dict[TP, CatchUp]) -> set[TP]:
+        """Commit (C, metadata) for each planned jump and read it back.
+
+        The committed offset does not move, so this is safe whatever the broker
+        does; the partitions whose metadata came back intact may jump.
+        """
+        request = {
+            TopicPartition(*tp): OffsetAndMetadata(plan.start, plan.jump_metadata)
+            for tp, plan in jumps.items()
+        }
+        try:
+            await self._clients.consumer.commit(request)
+            found = await clients.committed_offsets(jumps)
+        except (KafkaError, FairstreamError) as exc:
+            for tp, plan in sorted(jumps.items()):
+                log.warning(
+                    "parallel_rebalance_refused",
+                    topic=tp[0],
+                    partition=tp[1],
+                    reason="commit_failed",
+                    lag=plan.lag,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            return set()
+        return {
+            tp
+            for tp, plan in jumps.items()
+            if (got := found.get(tp)) is not None and got == (plan.start, plan.jump_metadata)
+        }
+
     async def on_revoked(self, tps: set[TP]) -> None:
-        """Finish or cancel in-flight work on ``tps``, commit it, then release them."""
+        """Finish or cancel in-flight work on ``tps``, commit it, then release them.
+
+        Shadows of ``tps`` stop first; the commit records how far they got.
+        """
+        if self._shadows is not None:
+            await self._shadows.stop(tps)
         self._scheduler.revoke(tps)
-        waiting = {id(r): r for tp, r in self._in_flight.items() if tp in tps}
+        waiting = {id(r): r for (tp, _), r in self._in_flight.items() if tp in tps}
         with anyio.move_on_after(self._config.revoke_timeout) as scope:
             for running in waiting.values():
                 await running.done.wait()
@@ -307,6 +452,15 @@ class Engine:
                 await running.done.wait()
         if self._ack == "auto":
             await self.commit(tps)
+        for tp in sorted(tps):
+            if open_ranges := self._offsets.shadow(tp):
+                log.info(
+                    "shadow_stopped",
+                    topic=tp[0],
+                    partition=tp[1],
+                    shadow=[[r.start, r.end] for r in open_ranges],
+                    records=sum(map(len, open_ranges)),
+                )
         self._offsets.forget(tps)
         self.stats_recorder.forget(tps)
         log.info("partitions_revoked", group_id=self.group_id, partitions=sorted(tps))
@@ -321,8 +475,9 @@ class Engine:
             highwater = consumer.highwater(TopicPartition(*tp)) if self.state == "running" else None
             position = state.next_commit if state else None
             lag = None
-            if highwater is not None and position is not None:
-                lag = max(0, highwater - position)
+            if state is not None and highwater is not None and position is not None:
+                # After a KIP-333 jump the records the shadow still owes count too.
+                lag = max(0, highwater - position) + sum(map(len, state.shadow))
             partitions.append(
                 self.stats_recorder.partition(
                     tp, lag=lag, queue_depth=queue.count, paused=queue.paused

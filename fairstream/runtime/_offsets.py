@@ -5,15 +5,32 @@ the partition was handled (or dead-lettered). Records of a partition are handled
 in order, one dispatch at a time, so the watermark is simply the offset after
 the last handled record; this module keeps it, and what was last committed, per
 partition. Pure bookkeeping: the engine does the committing.
+
+With a KIP-333 jump the watermark moves to the jump point at once, and the records
+below it that are not handled yet are kept as *open shadow ranges* in the commit
+metadata (:mod:`fairstream.ranges`). A shadow reads its ranges in ascending order,
+so its progress is one offset too: everything below it is done, and the ranges are
+clipped there. Every commit is a consistent pair - records below the offset are
+handled unless a range in the metadata still holds them - so a crash at any moment
+loses nothing.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
+from fairstream.ranges import OffsetRange, decode_shadow, encode_shadow
 from fairstream.runtime._scheduler import TP
 
-__all__ = ["OffsetTracker", "PartitionOffsets"]
+__all__ = ["OffsetTracker", "PartitionOffsets", "clip_below"]
+
+
+def clip_below(ranges: Sequence[OffsetRange], offset: int) -> tuple[OffsetRange, ...]:
+    """``ranges`` without the offsets below ``offset`` (those are done)."""
+    return tuple(
+        OffsetRange(max(r.start, offset), r.end) for r in ranges if r.end > max(r.start, offset)
+    )
 
 
 @dataclass(slots=True)
@@ -24,6 +41,7 @@ class PartitionOffsets:
     committed: int | None = None
     metadata: str = ""
     committed_metadata: str = ""
+    shadow: tuple[OffsetRange, ...] = field(default_factory=tuple)
 
     @property
     def next_commit(self) -> int | None:
@@ -43,20 +61,49 @@ class OffsetTracker:
         self.partitions: dict[TP, PartitionOffsets] = {}
 
     def assign(self, tp: TP, committed: int | None, metadata: str = "") -> None:
+        """Own ``tp`` from its committed offset; open ranges come from ``metadata``.
+
+        Metadata that is not ours is kept as it is and committed back unchanged.
+        """
         self.partitions[tp] = PartitionOffsets(
-            committed=committed, metadata=metadata, committed_metadata=metadata
+            committed=committed,
+            metadata=metadata,
+            committed_metadata=metadata,
+            shadow=tuple(decode_shadow(metadata)),
         )
+
+    def jump(self, tp: TP, offset: int, shadow: Sequence[OffsetRange], metadata: str) -> None:
+        """The live watermark moves to ``offset``; ``shadow`` holds what is left below."""
+        state = self.partitions.get(tp)
+        if state is not None:
+            state.handled = offset
+            state.shadow = tuple(shadow)
+            state.metadata = metadata
+
+    def advance_shadow(self, tp: TP, next_offset: int) -> None:
+        """The shadow of ``tp`` handled every open offset below ``next_offset``.
+
+        Clipping can lengthen the numbers; if the ranges would then not fit the
+        metadata limit, the previous (wider) metadata stays: it only repeats work.
+        """
+        state = self.partitions.get(tp)
+        if state is None or not state.shadow or state.shadow[0].start >= next_offset:
+            return
+        state.shadow = clip_below(state.shadow, next_offset)
+        metadata = encode_shadow(state.shadow)
+        if metadata is not None:
+            state.metadata = metadata
+
+    def shadow(self, tp: TP) -> tuple[OffsetRange, ...]:
+        """The open shadow ranges of ``tp``."""
+        state = self.partitions.get(tp)
+        return state.shadow if state is not None else ()
 
     def advance(self, tp: TP, next_offset: int) -> None:
         """Every record of ``tp`` before ``next_offset`` is done."""
         state = self.partitions.get(tp)
         if state is not None and (state.handled is None or next_offset > state.handled):
             state.handled = next_offset
-
-    def set_metadata(self, tp: TP, metadata: str) -> None:
-        state = self.partitions.get(tp)
-        if state is not None:
-            state.metadata = metadata
 
     def pending(self, tps: set[TP] | None = None) -> dict[TP, tuple[int, str]]:
         """Offsets (and metadata) that differ from the last successful commit."""

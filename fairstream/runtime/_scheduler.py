@@ -9,6 +9,14 @@ served goes to the back of the ring, so a backlog gets its share and no more.
 Pure data structure: no I/O and no asyncio, so its fairness is tested directly.
 A partition is *ready* when its queue holds records and no dispatch holding it is
 in flight; that one-in-flight rule is what keeps per-partition order.
+
+A KIP-333 shadow task (parallel rebalance) replays a partition's older records
+beside its live ones. Its records get a queue of their own, in a *replay lane*
+per subscriber, so shadow and live records of one partition may be in flight at
+the same time (the documented exception to per-partition order; each queue keeps
+its own order). Lanes are served round-robin, so live records wait for at most
+one shadow dispatch, and at most ``shadow_limit`` shadow dispatches run at once,
+so the shadow never holds every handler slot.
 """
 
 from __future__ import annotations
@@ -18,9 +26,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-__all__ = ["TP", "Dispatch", "FairScheduler", "PartitionQueue", "Slice"]
+__all__ = ["TP", "Dispatch", "FairScheduler", "Lane", "PartitionQueue", "Slice"]
 
 TP = tuple[str, int]
+Lane = tuple[int, bool]
+"""A subscriber's index, and whether its records are replayed by a shadow task."""
 R = TypeVar("R")
 
 
@@ -34,6 +44,7 @@ class PartitionQueue(Generic[R]):
 
     tp: TP
     lane: int
+    replay: bool = False
     chunks: deque[list[R]] = field(default_factory=deque)
     head: int = 0
     count: int = 0
@@ -87,10 +98,14 @@ class Slice(Generic[R]):
 
 @dataclass(frozen=True, slots=True)
 class Dispatch(Generic[R]):
-    """One unit of handler work: slices of several partitions of one lane."""
+    """One unit of handler work: slices of several partitions of one lane.
+
+    ``replay`` marks records read by a shadow task from its own queues.
+    """
 
     lane: int
     slices: Sequence[Slice[R]]
+    replay: bool = False
 
     def __len__(self) -> int:
         return sum(len(s.records) for s in self.slices)
@@ -101,51 +116,69 @@ class FairScheduler(Generic[R]):
 
     ``lane`` groups partitions that may share a dispatch (the partitions of one
     subscriber); lanes are served round-robin too, and each has its own bound on
-    the records of one dispatch (the subscriber's ``max_batch``).
+    the records of one dispatch (the subscriber's ``max_batch``). ``queues`` holds
+    the live queues, ``shadows`` the replay queues.
     """
 
-    def __init__(self, *, quota: int) -> None:
+    def __init__(self, *, quota: int, shadow_limit: int = 1) -> None:
         self.quota = quota
+        self.shadow_limit = shadow_limit
+        self.shadow_in_flight = 0
         self.queues: dict[TP, PartitionQueue[R]] = {}
-        self._rings: dict[int, deque[PartitionQueue[R]]] = {}
+        self.shadows: dict[TP, PartitionQueue[R]] = {}
+        self._rings: dict[Lane, deque[PartitionQueue[R]]] = {}
         self._limits: dict[int, int] = {}
-        self._lanes: deque[int] = deque()
+        self._lanes: deque[Lane] = deque()
         self.buffered = 0
         self.buffered_bytes = 0
 
-    def add_partition(self, tp: TP, lane: int, max_batch: int) -> PartitionQueue[R]:
-        """Start queueing for a newly assigned partition of ``lane``."""
-        queue = self.queues.get(tp)
+    def _table(self, replay: bool) -> dict[TP, PartitionQueue[R]]:
+        return self.shadows if replay else self.queues
+
+    def add_partition(
+        self, tp: TP, lane: int, max_batch: int, *, replay: bool = False
+    ) -> PartitionQueue[R]:
+        """Start queueing for a newly assigned partition of ``lane`` (or its shadow)."""
+        table = self._table(replay)
+        queue = table.get(tp)
         if queue is None:
-            queue = self.queues[tp] = PartitionQueue(tp, lane)
-            if lane not in self._rings:
-                self._rings[lane] = deque()
-                self._lanes.append(lane)
+            queue = table[tp] = PartitionQueue(tp, lane, replay)
+            if (lane, replay) not in self._rings:
+                self._rings[lane, replay] = deque()
+                self._lanes.append((lane, replay))
             self._limits[lane] = max_batch
         return queue
 
-    def push(self, tp: TP, records: list[R], nbytes: int) -> PartitionQueue[R]:
+    def push(
+        self, tp: TP, records: list[R], nbytes: int, *, replay: bool = False
+    ) -> PartitionQueue[R]:
         """Queue fetched records; the partition joins the ring if it became ready."""
-        queue = self.queues[tp]
+        queue = self._table(replay)[tp]
         was_ready = queue.count > 0 and not queue.in_flight
         queue.push(records, nbytes)
         self.buffered += len(records)
         self.buffered_bytes += nbytes
         if not was_ready and not queue.in_flight:
-            self._rings[queue.lane].append(queue)
+            self._rings[queue.lane, replay].append(queue)
         return queue
 
+    def _eligible(self, lane: Lane) -> bool:
+        return bool(self._rings[lane]) and (
+            not lane[1] or self.shadow_in_flight < self.shadow_limit
+        )
+
     def has_ready(self) -> bool:
-        return any(self._rings.values())
+        return any(self._eligible(lane) for lane in self._lanes)
 
     def next_dispatch(self) -> Dispatch[R] | None:
         """Build the next dispatch, or ``None`` when no partition is ready."""
         for _ in range(len(self._lanes)):
-            lane = self._lanes[0]
+            key = self._lanes[0]
             self._lanes.rotate(-1)
-            ring = self._rings[lane]
-            if not ring:
+            if not self._eligible(key):
                 continue
+            lane, replay = key
+            ring = self._rings[key]
             slices: list[Slice[R]] = []
             room = self._limits[lane]
             while ring and room > 0:
@@ -157,29 +190,40 @@ class FairScheduler(Generic[R]):
                 queue.in_flight = True
                 slices.append(Slice(queue.tp, records))
                 room -= len(records)
-            return Dispatch(lane, slices)
+            if replay:
+                self.shadow_in_flight += 1
+            return Dispatch(lane, slices, replay)
         return None
 
     def release(self, dispatch: Dispatch[R]) -> None:
         """The dispatch finished: its partitions rejoin the back of the ring."""
+        if dispatch.replay:
+            self.shadow_in_flight -= 1
+        table = self._table(dispatch.replay)
         for piece in dispatch.slices:
-            queue = self.queues.get(piece.tp)
+            queue = table.get(piece.tp)
             if queue is None or not queue.in_flight:
                 continue
             queue.in_flight = False
             if queue.count:
-                self._rings[queue.lane].append(queue)
+                self._rings[queue.lane, queue.replay].append(queue)
 
-    def revoke(self, tps: Iterable[TP]) -> None:
-        """Forget these partitions' queued records; in-flight dispatches finish alone."""
+    def revoke(self, tps: Iterable[TP], *, replay: bool | None = None) -> None:
+        """Forget these partitions' queued records; in-flight dispatches finish alone.
+
+        Both the live and the shadow queue go, unless ``replay`` names one of them.
+        """
         for tp in tps:
-            queue = self.queues.pop(tp, None)
-            if queue is None:
-                continue
-            queue.revoked = True
-            self.buffered -= queue.count
-            self.buffered_bytes -= queue.nbytes
-            queue.clear()
-            ring = self._rings[queue.lane]
-            if queue in ring:
-                ring.remove(queue)
+            for table in (self.queues, self.shadows):
+                if replay is not None and table is not self._table(replay):
+                    continue
+                queue = table.pop(tp, None)
+                if queue is None:
+                    continue
+                queue.revoked = True
+                self.buffered -= queue.count
+                self.buffered_bytes -= queue.nbytes
+                queue.clear()
+                ring = self._rings[queue.lane, queue.replay]
+                if queue in ring:
+                    ring.remove(queue)

@@ -3,7 +3,8 @@
 This is the per-record hot path, so the loop body does the least it can: build
 the record, decode, set one context variable, await the handler. Retries, dead
 letters and logging happen only on the failure branch. Offsets advance once per
-slice, after the records it holds were handled or dead-lettered.
+slice, after the records it holds were handled or dead-lettered: the live
+watermark for live records, the shadow's progress for replayed ones.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from fairstream.runtime._decode import DecodeError
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._record import Record
 from fairstream.runtime._retry import call_with_retry
-from fairstream.runtime._scheduler import Dispatch, Slice
+from fairstream.runtime._scheduler import TP, Dispatch, Slice
 from fairstream.runtime._stats import StatsRecorder
 from fairstream.runtime._subscriber import Subscriber
 
@@ -41,12 +42,19 @@ class DispatchRunner:
         self._dead_letter = dead_letter
         self._stats = stats
 
-    async def run(self, subscriber: Subscriber, dispatch: Dispatch[Any], replay: bool) -> None:
+    async def run(self, subscriber: Subscriber, dispatch: Dispatch[Any]) -> None:
+        replay = dispatch.replay
         if subscriber.batch:
             await self._run_batch(subscriber, dispatch, replay)
         else:
             for piece in dispatch.slices:
                 await self._run_slice(subscriber, piece, replay)
+
+    def _advance(self, tp: TP, next_offset: int, replay: bool) -> None:
+        if replay:
+            self._offsets.advance_shadow(tp, next_offset)
+        else:
+            self._offsets.advance(tp, next_offset)
 
     async def _run_slice(self, subscriber: Subscriber, piece: Slice[Any], replay: bool) -> None:
         handler = subscriber.handler
@@ -86,7 +94,7 @@ class DispatchRunner:
         finally:
             set_current(None)
             if done is not None:
-                self._offsets.advance(piece.tp, done)
+                self._advance(piece.tp, done, replay)
             self._stats.handled(piece.tp, handled, time.perf_counter() - started)
 
     async def _run_batch(
@@ -130,7 +138,7 @@ class DispatchRunner:
         elapsed = time.perf_counter() - started
         for piece in dispatch.slices:
             if piece.records:
-                self._offsets.advance(piece.tp, piece.records[-1].offset + 1)
+                self._advance(piece.tp, piece.records[-1].offset + 1, replay)
                 self._stats.handled(piece.tp, len(piece.records), elapsed)
 
     async def _give_up(

@@ -1,0 +1,297 @@
+"""KIP-333 parallel rebalance: jump to the end on assignment, replay the rest in a shadow.
+
+When a partition is assigned with more lag than its subscriber's threshold, the
+group consumer seeks to the partition's end offset J at assignment and serves new
+records at once, while a *shadow task* - its own group-less consumer - reads the
+backlog [C, J) from the committed offset C and feeds the same handler with
+``record.replay=True``. The shadow's records go through the fair scheduler in a
+replay lane (see ``_scheduler``), so they share handler concurrency, never take
+all of it, and live records wait for at most one shadow dispatch.
+
+What the KIP leaves open is crash safety. Here the group's committed offset
+advances with the live records, and the commit metadata carries the ranges the
+shadow has not finished, ``{"shadow": [[C, J]]}`` (:mod:`fairstream.ranges`):
+
+- before jumping, the member commits (C, metadata) and reads it back: a broker that
+  drops metadata (tansu answers an empty string) makes it refuse to jump;
+- at the jump it commits (J, metadata), so a crash right after leaves [C, J) recorded;
+- the shadow's progress clips the ranges, and every commit writes them again; a
+  range is gone only when every record in it was handled or dead-lettered;
+- whoever owns the partition next reads the metadata and resumes the open ranges,
+  whatever its lag; a revoked shadow stops, and the revoke commit records how far
+  it got.
+
+Order holds inside each range (the shadow reads its ranges in ascending order,
+one dispatch at a time), not between the shadow's records and the live ones.
+
+:func:`plan_catch_up` is the decision, pure; :class:`ShadowTasks` runs the shadows.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import anyio
+import anyio.abc
+import structlog
+
+from fairstream.errors import BrokerError, FairstreamError
+from fairstream.ranges import OffsetRange, decode_shadow, encode_shadow, merge_ranges
+from fairstream.runtime._clients import ShadowClients, ShadowReader, record_bytes
+from fairstream.runtime._offsets import OffsetTracker
+from fairstream.runtime._scheduler import TP, FairScheduler
+
+__all__ = ["CatchUp", "ShadowHandoff", "ShadowTasks", "plan_catch_up"]
+
+log = structlog.get_logger(__name__)
+
+ShadowHandoff = (
+    Callable[[str, int, OffsetRange], Awaitable[None]] | Callable[[str, int, OffsetRange], None]
+)
+"""Handles one shadow range elsewhere (e.g. a Spark backfill) and returns when it is done.
+
+Called with ``(topic, partition, range)``; a plain function runs in a worker thread.
+Raising any exception leaves the range to the in-process shadow.
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CatchUp:
+    """What to do with one newly assigned partition.
+
+    ``committed``/``metadata`` are what the group committed; ``start`` is where
+    the group would read on from (the committed offset, or the log start without
+    one) and ``lag`` how far that is behind the end; ``shadow`` the ranges the
+    shadow task reads. With ``jump`` set the live consumer seeks there and
+    ``jump_metadata`` is committed with it.
+    """
+
+    committed: int | None
+    metadata: str
+    start: int | None = None
+    lag: int = 0
+    shadow: tuple[OffsetRange, ...] = ()
+    jump: int | None = None
+    jump_metadata: str = ""
+    refused: str | None = None
+
+    def refuse(self, reason: str) -> CatchUp:
+        """No jump after all: the shadow reads only the ranges already open."""
+        return replace(self, shadow=tuple(decode_shadow(self.metadata)), jump=None, refused=reason)
+
+
+def plan_catch_up(
+    committed: tuple[int, str] | None,
+    bounds: tuple[int, int] | None,
+    *,
+    threshold: int,
+    reset: Literal["earliest", "latest"],
+) -> CatchUp:
+    """Decide for one partition from its commit and, if parallel rebalance is on, its bounds.
+
+    ``bounds`` is (log start, end offset), ``None`` when the subscriber has
+    parallel rebalance off: open ranges are still resumed, nothing new is opened.
+    Without a commit, ``reset`` says where the group starts (KAFKA-5337's rule).
+    """
+    offset, metadata = committed if committed is not None else (None, "")
+    stay = CatchUp(committed=offset, metadata=metadata, shadow=tuple(decode_shadow(metadata)))
+    if bounds is None:
+        return stay
+    log_start, end = bounds
+    if offset is not None:
+        start = max(offset, log_start)
+    else:
+        start = log_start if reset == "earliest" else end
+    if end - start <= threshold:
+        return stay
+    ranges = merge_ranges([*stay.shadow, OffsetRange(start, end)])
+    encoded = encode_shadow(ranges)
+    if encoded is None:
+        return replace(stay, start=start, lag=end - start, refused="metadata_too_large")
+    return replace(
+        stay,
+        start=start,
+        lag=end - start,
+        shadow=tuple(ranges),
+        jump=end,
+        jump_metadata=encoded,
+    )
+
+
+@dataclass(slots=True, eq=False)
+class _Running:
+    tp: TP
+    lane: int
+    max_batch: int
+    ranges: tuple[OffsetRange, ...]
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    done: anyio.Event = field(default_factory=anyio.Event)
+
+
+def _where(tp: TP) -> dict[str, Any]:
+    return {"topic": tp[0], "partition": tp[1]}
+
+
+def _spans(ranges: Sequence[OffsetRange]) -> list[list[int]]:
+    return [[r.start, r.end] for r in ranges]
+
+
+class ShadowTasks:
+    """The shadow tasks of one engine, one per partition with open ranges.
+
+    :meth:`run` owns their task group (the engine starts it in its own); a shadow
+    asked for before that starts when it does.
+    """
+
+    def __init__(
+        self,
+        *,
+        clients: ShadowClients,
+        scheduler: FairScheduler[Any],
+        offsets: OffsetTracker,
+        wake: Callable[[], None],
+        fail: Callable[[FairstreamError], None],
+        queue_max_records: int,
+        handoff: ShadowHandoff | None,
+        handoff_threshold: int,
+    ) -> None:
+        self._clients = clients
+        self._scheduler = scheduler
+        self._offsets = offsets
+        self._wake = wake
+        self._fail = fail
+        self._queue_max = queue_max_records
+        self._handoff = handoff
+        self._handoff_threshold = handoff_threshold
+        self._running: dict[TP, _Running] = {}
+        self._tasks: anyio.abc.TaskGroup | None = None
+        self._changed = anyio.Event()
+
+    async def run(self) -> None:
+        """Host the shadow tasks until cancelled."""
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
+            for running in self._running.values():
+                tasks.start_soon(self._run, running)
+            try:
+                await anyio.sleep_forever()
+            finally:
+                self._tasks = None
+
+    def start(self, tp: TP, lane: int, max_batch: int, ranges: Sequence[OffsetRange]) -> None:
+        """Replay ``ranges`` of ``tp`` (ascending, disjoint) through ``lane``'s replay queue."""
+        running = _Running(tp, lane, max_batch, tuple(ranges))
+        self._running[tp] = running
+        if self._tasks is not None:
+            self._tasks.start_soon(self._run, running)
+
+    async def stop(self, tps: Collection[TP]) -> None:
+        """Cancel the shadows of ``tps`` and wait until each has closed its reader."""
+        stopping = [r for tp, r in self._running.items() if tp in tps]
+        for running in stopping:
+            running.scope.cancel()
+            if self._tasks is None:  # never started
+                del self._running[running.tp]
+                running.done.set()
+        for running in stopping:
+            await running.done.wait()
+
+    def notify(self) -> None:
+        """A shadow dispatch finished: waiting shadows look at their queues again."""
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def _run(self, running: _Running) -> None:
+        tp = running.tp
+        try:
+            with running.scope:
+                self._scheduler.add_partition(tp, running.lane, running.max_batch, replay=True)
+                await self._catch_up(tp, running.ranges)
+        except FairstreamError as exc:
+            log.error("shadow_failed", **_where(tp), error=str(exc))
+            self._fail(exc)
+        finally:
+            if self._running.get(tp) is running:
+                del self._running[tp]
+            running.done.set()
+
+    async def _catch_up(self, tp: TP, ranges: tuple[OffsetRange, ...]) -> None:
+        records = sum(map(len, ranges))
+        log.info("shadow_started", **_where(tp), ranges=_spans(ranges), records=records)
+        began = time.monotonic()
+        handoff = self._handoff
+        async with self._clients.shadow_reader(tp) as reader:
+            for shadow in ranges:
+                handed_off = (
+                    handoff is not None
+                    and len(shadow) > self._handoff_threshold
+                    and await self._hand_off(handoff, tp, shadow)
+                )
+                if not handed_off:
+                    await self._replay(tp, reader, shadow)
+                self._offsets.advance_shadow(tp, shadow.end)
+        self._scheduler.revoke([tp], replay=True)
+        log.info(
+            "shadow_finished",
+            **_where(tp),
+            records=records,
+            seconds=round(time.monotonic() - began, 3),
+        )
+
+    async def _replay(self, tp: TP, reader: ShadowReader, shadow: OffsetRange) -> None:
+        """Queue every record of ``shadow`` and return once all of them were handled."""
+        queue = self._scheduler.shadows[tp]
+        reader.seek(shadow.start)
+        while True:
+            try:
+                records = await reader.read(shadow.end)
+            except BrokerError as exc:
+                if not exc.retriable:
+                    raise
+                log.warning("shadow_fetch_failed", **_where(tp), reason=str(exc))
+                await anyio.sleep(0.5)
+                continue
+            if records is None:
+                break
+            if records:
+                self._scheduler.push(tp, records, record_bytes(records), replay=True)
+                self._wake()
+            while queue.count >= self._queue_max:
+                await self._changed.wait()
+        # Records past the last one read (control batches, compaction) never come:
+        # the range is done when the queue is empty and nothing of it is in flight.
+        while queue.count or queue.in_flight:
+            await self._changed.wait()
+
+    async def _hand_off(self, handoff: ShadowHandoff, tp: TP, shadow: OffsetRange) -> bool:
+        """Let ``handoff`` handle ``shadow``; ``False`` if it failed (the shadow takes over)."""
+        log.info("shadow_handoff_started", **_where(tp), range=[shadow.start, shadow.end])
+        began = time.monotonic()
+        try:
+            if inspect.iscoroutinefunction(handoff):
+                await handoff(tp[0], tp[1], shadow)
+            else:
+                # Abandon on cancel: a revoke must not wait for a Spark job. The range
+                # stays open in the metadata, so its next owner handles it again.
+                await anyio.to_thread.run_sync(
+                    handoff, tp[0], tp[1], shadow, abandon_on_cancel=True
+                )
+        except Exception as exc:
+            log.warning(
+                "shadow_handoff_failed",
+                **_where(tp),
+                range=[shadow.start, shadow.end],
+                reason=f"{type(exc).__name__}: {exc}",
+            )
+            return False
+        log.info(
+            "shadow_handoff_finished",
+            **_where(tp),
+            range=[shadow.start, shadow.end],
+            seconds=round(time.monotonic() - began, 3),
+        )
+        return True
