@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fairstream.errors import ConfigError, FairstreamError
 
@@ -226,6 +226,117 @@ def _run_backfill(args: argparse.Namespace) -> int:
         f"task(s) in {result.seconds:.1f} s; {committed}"
     )
     return 0
+
+
+# --- lag ----------------------------------------------------------------------------
+
+
+def _add_lag(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "lag",
+        help="show a group's committed offset, end offset, lag and open shadow ranges",
+        description=(
+            "Per partition of the group's topics: the committed offset, the end offset (a "
+            "fetch's high watermark), the lag between them, and the KIP-333 shadow ranges "
+            "left open in the commit metadata by parallel rebalance (records below the "
+            "committed offset still to be replayed)."
+        ),
+    )
+    parser.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT",
+        default=_bootstrap_default(),
+        help="Kafka bootstrap servers (default: $FAIRSTREAM_BOOTSTRAP)",
+    )
+    parser.add_argument("--group", metavar="G", required=True, help="the consumer group")
+    parser.add_argument(
+        "--topics",
+        metavar="T1,T2",
+        default=None,
+        help="comma-separated topics (default: those the group's members subscribe to)",
+    )
+    parser.add_argument(
+        "--format", choices=["json", "table"], default="table", help="output (default: table)"
+    )
+    parser.set_defaults(run=_run_lag)
+
+
+def _run_lag(args: argparse.Namespace) -> int:
+    import anyio
+
+    if not args.bootstrap:
+        raise ConfigError(
+            "--bootstrap", None, "no cluster given", "pass --bootstrap or set FAIRSTREAM_BOOTSTRAP"
+        )
+    topics = sorted({t.strip() for t in (args.topics or "").split(",") if t.strip()})
+    rows = anyio.run(_read_lag, args.bootstrap, args.group, topics)
+    if args.format == "json":
+        print(json.dumps({"group": args.group, "partitions": rows}))
+        return 0
+    table = _table(f"group {args.group}: lag per partition", "topic")
+    for column in ("partition", "committed", "end", "lag", "shadow records"):
+        table.add_column(column, justify="right")
+    table.add_column("shadow ranges")
+
+    def number(value: int | None) -> str:
+        return "-" if value is None else f"{value:,}"
+
+    for row in rows:
+        table.add_row(
+            row["topic"],
+            str(row["partition"]),
+            number(row["committed"]),
+            number(row["end"]),
+            number(row["lag"]),
+            number(row["shadow_records"]),
+            " ".join(f"[{a:,}, {b:,})" for a, b in row["shadow"]) or "-",
+        )
+    _print(table)
+    return 0
+
+
+async def _read_lag(bootstrap: str, group_id: str, topics: list[str]) -> list[dict[str, Any]]:
+    from aiokafka import TopicPartition
+
+    from fairstream.ranges import decode_shadow
+    from fairstream.runtime._admin import BrokerAdmin
+
+    async with BrokerAdmin(bootstrap) as admin:
+        if not topics:
+            group = await admin.describe_group(group_id)
+            topics = sorted({t for member in group.members.values() for t in member.topics})
+            if not topics:
+                raise ConfigError(
+                    "--group",
+                    group_id,
+                    "has no active members to name its topics",
+                    "name them with --topics",
+                )
+        counts = await admin.partition_counts(topics)
+        missing = sorted(set(topics) - counts.keys())
+        if missing:
+            raise ConfigError(
+                "--topics", ",".join(missing), "not found on the cluster", "check the spelling"
+            )
+        tps = [TopicPartition(t, p) for t in sorted(counts) for p in range(counts[t])]
+        ends = await admin.end_offsets(tps)
+        commits = await admin.committed_offsets(group_id, tps)
+    rows = []
+    for tp in tps:
+        commit = commits[tp]
+        shadow = decode_shadow(commit.metadata) if commit is not None else []
+        rows.append(
+            {
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "committed": None if commit is None else commit.offset,
+                "end": ends[tp],
+                "lag": None if commit is None else max(ends[tp] - commit.offset, 0),
+                "shadow": [[r.start, r.end] for r in shadow],
+                "shadow_records": sum(map(len, shadow)),
+            }
+        )
+    return rows
 
 
 # --- plan ---------------------------------------------------------------------------
@@ -512,6 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_broker(commands)
     _add_backfill(commands)
+    _add_lag(commands)
     _add_plan(commands)
     _add_run(commands)
     return parser
