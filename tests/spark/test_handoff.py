@@ -1,0 +1,65 @@
+"""The Spark shadow handoff end to end: an App jumps, Spark replays the backlog range."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from aiokafka import TopicPartition
+from pyspark.sql import SparkSession
+
+from fairstream import App, Record, SchedulerConfig
+from fairstream.runtime._admin import BrokerAdmin
+from fairstream.spark.handoff import spark_shadow_handoff
+from tests.conftest import Broker
+from tests.kafka_helpers import produce
+from tests.spark.conftest import fill_topic
+from tests.spark.test_backfill import recorder, seen
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker]
+
+
+async def test_a_large_shadow_range_is_backfilled_on_spark(
+    spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path
+) -> None:
+    topic = fill_topic(noida.bootstrap, [600])
+    app = App(
+        bootstrap=noida.bootstrap,
+        group_id=group_id,
+        parallel_rebalance=True,
+        parallel_rebalance_threshold=100,
+        shadow_handoff=spark_shadow_handoff(
+            bootstrap=noida.bootstrap, group_id=group_id, handler=recorder(tmp_path), chunk=200
+        ),
+        shadow_handoff_threshold=500,
+        scheduler=SchedulerConfig(commit_interval=0.2),
+    )
+    live: list[tuple[int, bool]] = []
+    all_live = anyio.Event()
+
+    @app.subscriber(topic)
+    async def handle(record: Record[bytes]) -> None:
+        live.append((record.offset, record.replay))
+        if len(live) == 20:
+            all_live.set()
+
+    async with app:
+        with anyio.fail_after(30):
+            await app.wait_ready()
+        await produce(noida.bootstrap, topic, [(0, b"live")] * 20)
+        with anyio.fail_after(120):
+            await all_live.wait()
+            while (await _metadata(noida, group_id, topic)) != "":  # noqa: ASYNC110
+                await anyio.sleep(0.2)  # the handoff returned: the range was dropped
+
+    counts, _ = seen(tmp_path)
+    assert set(counts) == {(topic, 0, offset) for offset in range(600)}
+    assert live == [(offset, False) for offset in range(600, 620)]
+
+
+async def _metadata(broker: Broker, group_id: str, topic: str) -> str | None:
+    async with BrokerAdmin(broker.bootstrap) as admin:
+        found = await admin.committed_offsets(group_id, [TopicPartition(topic, 0)])
+    committed = found[TopicPartition(topic, 0)]
+    return None if committed is None else committed.metadata
