@@ -130,6 +130,7 @@ async def kill_and_restart(
     session_timeout_ms: int = 6_000,
     kill_after: float = 0.3,
     delay: float = 0.001,
+    parallel_rebalance: bool = False,
     wait_limit: float = 120,
 ) -> KillRestart:
     """Run ``fairstream run`` as a process, SIGKILL it once ``kill_after`` of the
@@ -156,6 +157,7 @@ async def kill_and_restart(
         # a kill leaves behind is what the restarted member must handle again.
         "SINK_COMMIT_INTERVAL": "1.0",
         "SINK_DELAY": str(delay),
+        "SINK_PARALLEL_REBALANCE": "1" if parallel_rebalance else "0",
     }
     if static:
         env["FAIRSTREAM_INSTANCE_ID"] = "sink-0"
@@ -175,7 +177,8 @@ async def kill_and_restart(
         exit_code = await _stop(second, signal.SIGTERM, 30)
     seconds = time.monotonic() - started
     sightings = read_sightings(sink_path)
-    result = check("kill -9 + restart", ids, [s.id for s in sightings], seconds=seconds)
+    label = "kill -9 + restart" + (", parallel rebalance" if parallel_rebalance else "")
+    result = check(label, ids, [s.id for s in sightings], seconds=seconds)
     return KillRestart(
         result=result,
         window=committed_window(sightings, "first", committed_at_kill),
@@ -199,11 +202,14 @@ def _sink_app(
     static: bool,
     session_timeout_ms: int,
     delay: float = 0.0,
+    parallel_rebalance: bool = False,
 ) -> App:
     app = App(
         bootstrap=bootstrap,
         group_id=group,
         instance_id=name if static else None,
+        parallel_rebalance=parallel_rebalance,
+        parallel_rebalance_threshold=1_000,
         consumer=ConsumerConfig(session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=1_000),
         scheduler=SchedulerConfig(commit_interval=0.2, partition_quota=50, max_batch=200),
     )
@@ -272,6 +278,7 @@ async def rebalance_storm(
     workdir: Path,
     pool: int = 3,
     session_timeout_ms: int = 6_000,
+    parallel_rebalance: bool = False,
     wait_limit: float = 180,
 ) -> Storm:
     """One member stays; ``events`` joins and leaves of ``pool`` others over
@@ -299,6 +306,7 @@ async def rebalance_storm(
             static=static,
             session_timeout_ms=session_timeout_ms,
             delay=0.0005,
+            parallel_rebalance=parallel_rebalance,
         )
 
     done_events = 0
@@ -342,6 +350,8 @@ async def rebalance_storm(
     sink.close()
     sightings = read_sightings(sink.path)
     label = f"rebalance storm ({done_events} joins/leaves)"
+    if parallel_rebalance:
+        label += ", parallel rebalance"
     result = check(label, ids, [s.id for s in sightings], seconds=time.monotonic() - started)
     crashes += [f"{n}: {m.failure}" for n, m in [("anchor", anchor), *up.items()] if m.failure]
     handled_by = Counter(s.tag for s in sightings)

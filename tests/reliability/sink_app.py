@@ -9,7 +9,8 @@ it and start it again:
   SIGKILL lands in the middle of a batch;
 - ``SINK_MAX_BATCH``, ``SINK_COMMIT_INTERVAL``, ``SINK_SESSION_TIMEOUT_MS``;
 - ``SINK_ASSIGNOR``, ``SINK_THRESHOLD``, ``SINK_SASL_PASSWORD``: for the bad
-  configuration and secrets scenarios.
+  configuration and secrets scenarios;
+- ``SINK_PARALLEL_REBALANCE=1``: KIP-333 parallel rebalance (the soak's variant).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def build() -> App:
     app = App(
         group_id=env.get("SINK_GROUP_ID", "sink"),
         assignor=env.get("SINK_ASSIGNOR", "fair"),
+        parallel_rebalance=env.get("SINK_PARALLEL_REBALANCE") == "1",
         parallel_rebalance_threshold=int(env.get("SINK_THRESHOLD", "10000")),
         consumer=ConsumerConfig(
             session_timeout_ms=int(env.get("SINK_SESSION_TIMEOUT_MS", "10000")),
