@@ -181,7 +181,6 @@ class AIOKafkaClients:
         self._config = config
         self._started: list[Any] = []
         self._admin: AIOKafkaAdminClient | None = None
-        self._probe: AIOKafkaConsumer | None = None
 
     @property
     def consumer(self) -> ConsumerPort:
@@ -317,19 +316,18 @@ class AIOKafkaClients:
     ) -> dict[TP, tuple[int, int]]:
         # The end is a fetch's high watermark, not ListOffsets(latest): tansu answers
         # the latter with the last batch's base offset + 1 (see runtime/_admin.py).
-        if self._probe is None:
-            probe = self._group_less_consumer("bounds")
-            await self._start(probe, "offset reader")
-            self._probe = probe
+        # A fresh consumer each time, stopped while still assigned: aiokafka 0.14's
+        # fetcher swallows the cancellation of a stop() that comes right after an
+        # unsubscribe() or a new assign() with a fetch in flight, and stop() hangs.
         wanted = [TopicPartition(*tp) for tp in sorted(tps)]
-        if not wanted:
-            return {}
+        probe = self._group_less_consumer("bounds")
         deadline = time.monotonic() + timeout_s
         try:
-            self._probe.assign(wanted)
-            starts = await self._probe.beginning_offsets(wanted)
-            await self._probe.seek_to_end(*wanted)
-            while any(self._probe.highwater(tp) is None for tp in wanted):
+            await probe.start()
+            probe.assign(wanted)
+            starts = await probe.beginning_offsets(wanted)
+            await probe.seek_to_end(*wanted)
+            while any(probe.highwater(tp) is None for tp in wanted):
                 if time.monotonic() > deadline:
                     raise BrokerError(
                         f"no fetch response for {len(wanted)} partition(s) within "
@@ -337,14 +335,13 @@ class AIOKafkaClients:
                         bootstrap=self.bootstrap,
                         retriable=True,
                     )
-                await self._probe.getmany(*wanted, timeout_ms=100)
-            return {
-                (tp.topic, tp.partition): (starts[tp], self._probe.highwater(tp)) for tp in wanted
-            }
+                await probe.getmany(*wanted, timeout_ms=100)
+            return {(tp.topic, tp.partition): (starts[tp], probe.highwater(tp)) for tp in wanted}
         except KafkaError as exc:
             raise _read_error(self, "the end offsets", exc) from exc
         finally:
-            self._probe.unsubscribe()
+            with anyio.CancelScope(shield=True):
+                await probe.stop()
 
     def seek(self, tp: TP, offset: int) -> None:
         self._consumer.seek(TopicPartition(*tp), offset)
@@ -374,7 +371,7 @@ class AIOKafkaClients:
                     await client.stop()
             except KafkaError as exc:
                 log.warning("client_stop_failed", reason=f"{type(exc).__name__}: {exc}")
-        self._admin = self._probe = None
+        self._admin = None
         await self._assignor.aclose()
 
 
