@@ -283,11 +283,12 @@ class AIOKafkaClients:
 
     # --- parallel rebalance (ShadowClients) -------------------------------------------
 
-    def _group_less_consumer(self, role: str) -> AIOKafkaConsumer:
+    def _group_less_consumer(self, role: str, fetch_max_wait_ms: int = 500) -> AIOKafkaConsumer:
         return AIOKafkaConsumer(
             **self._common,
             client_id=f"{self._config.client_id}-{role}",
             enable_auto_commit=False,
+            fetch_max_wait_ms=fetch_max_wait_ms,
             # A range start below the log start was deleted by retention: read on.
             auto_offset_reset="earliest",
             fetch_max_bytes=self._config.fetch_max_bytes,
@@ -320,7 +321,8 @@ class AIOKafkaClients:
         # fetcher swallows the cancellation of a stop() that comes right after an
         # unsubscribe() or a new assign() with a fetch in flight, and stop() hangs.
         wanted = [TopicPartition(*tp) for tp in sorted(tps)]
-        probe = self._group_less_consumer("bounds")
+        # Fetching at the end finds nothing: ask the broker not to wait for data.
+        probe = self._group_less_consumer("bounds", fetch_max_wait_ms=10)
         deadline = time.monotonic() + timeout_s
         try:
             await probe.start()
@@ -335,7 +337,7 @@ class AIOKafkaClients:
                         bootstrap=self.bootstrap,
                         retriable=True,
                     )
-                await probe.getmany(*wanted, timeout_ms=100)
+                await probe.getmany(*wanted, timeout_ms=20)
             return {(tp.topic, tp.partition): (starts[tp], probe.highwater(tp)) for tp in wanted}
         except KafkaError as exc:
             raise _read_error(self, "the end offsets", exc) from exc
@@ -375,6 +377,13 @@ class AIOKafkaClients:
         await self._assignor.aclose()
 
 
+_SHADOW_READ_RECORDS = 500
+"""Records per shadow read. aiokafka turns a fetch into records lazily, so this bounds
+how long one read holds the event loop: a whole 1 MiB fetch is ~6,000 records, and
+parsing those in one go for every shadow delayed live records by seconds (measured
+with benchmarks/parallel_rebalance.py: live p99 2.9 s unbounded, 0.26 s at 500)."""
+
+
 class _AIOKafkaShadowReader:
     def __init__(self, consumer: AIOKafkaConsumer, tp: TopicPartition, clients: AIOKafkaClients):
         self._consumer = consumer
@@ -389,7 +398,9 @@ class _AIOKafkaShadowReader:
         try:
             if await self._consumer.position(tp) >= end:
                 return None
-            batches = await self._consumer.getmany(tp, timeout_ms=500)
+            batches = await self._consumer.getmany(
+                tp, timeout_ms=500, max_records=_SHADOW_READ_RECORDS
+            )
         except KafkaError as exc:
             what = f"{tp.topic}[{tp.partition}] for the shadow"
             raise _read_error(self._clients, what, exc) from exc

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fairstream import App
+from fairstream.errors import ConfigError
 from fairstream.ranges import METADATA_LIMIT, OffsetRange, decode_shadow, encode_shadow
 from fairstream.runtime._offsets import OffsetTracker, clip_below
 from fairstream.runtime._scheduler import FairScheduler
@@ -185,3 +188,16 @@ def test_live_records_never_wait_behind_more_than_one_shadow_dispatch(
             shadows_in_a_row = shadows_in_a_row + 1 if dispatch.replay and live_ready else 0
             assert shadows_in_a_row <= 1, "a ready live partition was passed over twice"
         assert scheduler.shadow_in_flight == sum(d.replay for d in in_flight) <= limit
+
+
+def test_parallel_rebalance_needs_automatic_commits() -> None:
+    with pytest.raises(ConfigError, match="parallel_rebalance=True: needs ack='auto'"):
+        App(group_id="g", bootstrap="k:9092", ack="manual", parallel_rebalance=True)
+    app = App(group_id="g", bootstrap="k:9092", ack="manual")
+    with pytest.raises(ConfigError, match="needs ack='auto'"):
+        app.subscriber("t", parallel_rebalance=True)
+
+
+def test_a_negative_handoff_threshold_is_refused() -> None:
+    with pytest.raises(ConfigError, match="shadow_handoff_threshold=-1: must be >= 0"):
+        App(group_id="g", bootstrap="k:9092", shadow_handoff_threshold=-1)
