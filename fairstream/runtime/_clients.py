@@ -283,14 +283,15 @@ class AIOKafkaClients:
 
     # --- parallel rebalance (ShadowClients) -------------------------------------------
 
-    def _group_less_consumer(self, role: str, fetch_max_wait_ms: int = 500) -> AIOKafkaConsumer:
+    def _group_less_consumer(
+        self, role: str, *, reset: str = "earliest", fetch_max_wait_ms: int = 500
+    ) -> AIOKafkaConsumer:
         return AIOKafkaConsumer(
             **self._common,
             client_id=f"{self._config.client_id}-{role}",
             enable_auto_commit=False,
             fetch_max_wait_ms=fetch_max_wait_ms,
-            # A range start below the log start was deleted by retention: read on.
-            auto_offset_reset="earliest",
+            auto_offset_reset=reset,
             fetch_max_bytes=self._config.fetch_max_bytes,
             max_partition_fetch_bytes=self._config.max_partition_fetch_bytes,
         )
@@ -321,14 +322,15 @@ class AIOKafkaClients:
         # fetcher swallows the cancellation of a stop() that comes right after an
         # unsubscribe() or a new assign() with a fetch in flight, and stop() hangs.
         wanted = [TopicPartition(*tp) for tp in sorted(tps)]
-        # Fetching at the end finds nothing: ask the broker not to wait for data.
-        probe = self._group_less_consumer("bounds", fetch_max_wait_ms=10)
+        # Assigned, it starts at ListOffsets(latest) (at or before the true end on
+        # every engine), so its first fetch reads at most a batch; at the end there
+        # is nothing to read, so the broker should not wait for data either.
+        probe = self._group_less_consumer("bounds", reset="latest", fetch_max_wait_ms=10)
         deadline = time.monotonic() + timeout_s
         try:
             await probe.start()
             probe.assign(wanted)
             starts = await probe.beginning_offsets(wanted)
-            await probe.seek_to_end(*wanted)
             while any(probe.highwater(tp) is None for tp in wanted):
                 if time.monotonic() > deadline:
                     raise BrokerError(
@@ -350,6 +352,7 @@ class AIOKafkaClients:
 
     @asynccontextmanager
     async def shadow_reader(self, tp: TP) -> AsyncIterator[ShadowReader]:
+        # A range start below the log start was deleted by retention: read on.
         consumer = self._group_less_consumer("shadow")
         try:
             await consumer.start()
