@@ -1,0 +1,447 @@
+"""Throughput with a no-op handler: fairstream vs a raw aiokafka loop vs FastStream, one run.
+
+Produces ``--records`` records of ``--value-bytes`` bytes over ``--partitions``
+partitions once, then consumes all of them in a consumer group, several ways in
+turn, each with a fresh group id, on the same broker and data:
+
+- ``raw aiokafka``: a ``getmany`` loop awaiting a no-op async handler per record
+  and committing after every batch - what a user writes by hand;
+- ``fairstream``: ``@app.subscriber(topic)`` with ``record: Record[bytes]``;
+- ``fairstream batch``: ``batch=True`` with ``records: list[Record[bytes]]``;
+- ``faststream``: FastStream's plainest handler, ``msg: bytes``, with
+  ``apply_types=False`` and ``logger=None`` (its fastest documented settings);
+- ``faststream batch``: the same with ``batch=True`` and ``msgs: list[bytes]``.
+
+A run is timed from before the consumer starts (group join included) to the last
+record handled, and checks its count: every way that consumes the whole topic
+must handle exactly ``--records`` records, and raw aiokafka and fairstream must
+have committed the end offset of every partition. FastStream's per-record path
+handles ~20k records/s, so it stops after ``--faststream-records`` (a prefix of
+the same topic). Ways run interleaved, ``--repeat`` times, so a noisy neighbour
+hurts them alike; the table shows min / median / max records/s, and the same of
+each run's rate over raw aiokafka's in that repeat.
+
+The embedded noida broker answers a fetch with everything up to the log end, so
+every way's first ``getmany`` decodes the whole topic at once (most of a run's
+time, the same for all). Against noida unless ``--bootstrap`` or
+``FAIRSTREAM_BOOTSTRAP`` names a cluster::
+
+    python benchmarks/throughput.py --records 1000000 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.structs import ConsumerRecord
+from faststream.kafka import KafkaBroker
+
+from fairstream import App, Record, logs
+from fairstream.testing import EmbeddedBroker
+
+
+@dataclass(slots=True)
+class Tally:
+    """Counts handled records and notes when the ``target``-th one was handled."""
+
+    target: int
+    seen: int = 0
+    finished: float = 0.0
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def add(self, count: int) -> None:
+        self.seen += count
+        if self.seen >= self.target and not self.finished:
+            self.finished = time.perf_counter()
+            self.done.set()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Run:
+    """One consumption: where to read, as which group, and the tally to feed."""
+
+    bootstrap: str
+    topic: str
+    group_id: str
+    tally: Tally
+    max_batch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Way:
+    """A way to consume the topic, and what its check and its commits are."""
+
+    name: str
+    consume: Callable[[Run], Awaitable[None]]
+    commits: str
+    whole_topic: bool = True
+    check_commits: bool = True
+
+
+class WarningCounter(logging.Handler):
+    """Counts aiokafka's warnings (heartbeat lost, rejoin, failed commit) per run."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+
+
+# --- the ways ------------------------------------------------------------------------
+
+
+async def raw_aiokafka(run: Run) -> None:
+    tally = run.tally
+
+    async def handle(record: ConsumerRecord[bytes, bytes]) -> None:
+        tally.add(1)
+
+    consumer = AIOKafkaConsumer(
+        run.topic,
+        bootstrap_servers=run.bootstrap,
+        group_id=run.group_id,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    try:
+        while not tally.done.is_set():
+            batches = await consumer.getmany(timeout_ms=200)
+            for records in batches.values():
+                for record in records:
+                    await handle(record)
+            if batches:
+                await consumer.commit()
+    finally:
+        await consumer.stop()
+
+
+async def fairstream_records(run: Run) -> None:
+    tally = run.tally
+    app = App(bootstrap=run.bootstrap, group_id=run.group_id, assignor="fair")
+
+    @app.subscriber(run.topic)
+    async def handle(record: Record[bytes]) -> None:
+        tally.add(1)
+
+    async with app:
+        await tally.done.wait()
+
+
+async def fairstream_batch(run: Run) -> None:
+    tally = run.tally
+    app = App(bootstrap=run.bootstrap, group_id=run.group_id, assignor="fair")
+
+    @app.subscriber(run.topic, batch=True, max_batch=run.max_batch)
+    async def handle(records: list[Record[bytes]]) -> None:
+        tally.add(len(records))
+
+    async with app:
+        await tally.done.wait()
+
+
+def faststream_broker(run: Run) -> KafkaBroker:
+    # apply_types=False skips FastDepends' per-message argument validation and
+    # logger=None its per-message log lines: FastStream's fastest documented settings.
+    return KafkaBroker(run.bootstrap, logger=None, apply_types=False)
+
+
+async def faststream_records(run: Run) -> None:
+    tally = run.tally
+    broker = faststream_broker(run)
+
+    @broker.subscriber(run.topic, group_id=run.group_id, auto_offset_reset="earliest")
+    async def handle(msg: bytes) -> None:
+        tally.add(1)
+
+    async with broker:
+        await broker.start()
+        await tally.done.wait()
+
+
+async def faststream_batch(run: Run) -> None:
+    tally = run.tally
+    broker = faststream_broker(run)
+
+    @broker.subscriber(run.topic, group_id=run.group_id, auto_offset_reset="earliest", batch=True)
+    async def handle(msgs: list[bytes]) -> None:
+        tally.add(len(msgs))
+
+    async with broker:
+        await broker.start()
+        await tally.done.wait()
+
+
+WAYS = {
+    "raw": Way(name="raw aiokafka", consume=raw_aiokafka, commits="after every batch"),
+    "fairstream": Way(
+        name="fairstream", consume=fairstream_records, commits="every 1 s and on stop"
+    ),
+    "fairstream-batch": Way(
+        name="fairstream batch", consume=fairstream_batch, commits="every 1 s and on stop"
+    ),
+    "faststream": Way(
+        name="faststream",
+        consume=faststream_records,
+        commits="aiokafka auto-commit (ACK_FIRST)",
+        whole_topic=False,
+        check_commits=False,
+    ),
+    "faststream-batch": Way(
+        name="faststream batch",
+        consume=faststream_batch,
+        commits="aiokafka auto-commit (ACK_FIRST)",
+        check_commits=False,
+    ),
+}
+
+
+# --- data and checks -----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def cluster(bootstrap: str | None) -> Iterator[str]:
+    if bootstrap:
+        yield bootstrap
+        return
+    with EmbeddedBroker("noida") as broker:
+        yield broker.bootstrap
+
+
+async def produce(
+    bootstrap: str, topic: str, partitions: int, records: int, value_bytes: int
+) -> dict[TopicPartition, int]:
+    """Create the topic, fill it in whole batches, and return its end offsets."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, max_batch_size=1 << 20, max_request_size=4 << 20
+    )
+    await producer.start()
+    value = b"x" * value_bytes
+    try:
+        sent = []
+        for partition in range(partitions):
+            left = records // partitions + (partition < records % partitions)
+            while left:
+                batch = producer.create_batch()
+                while left and batch.append(key=None, value=value, timestamp=None) is not None:
+                    left -= 1
+                batch.close()
+                sent.append(await producer.send_batch(batch, topic, partition=partition))
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+    return await end_offsets(bootstrap, topic, partitions)
+
+
+async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[TopicPartition, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        ends: dict[TopicPartition, int] = await consumer.end_offsets(
+            [TopicPartition(topic, p) for p in range(partitions)]
+        )
+        return ends
+    finally:
+        await consumer.stop()
+
+
+async def check_committed(bootstrap: str, group_id: str, ends: dict[TopicPartition, int]) -> None:
+    """Fail unless the group committed the end offset of every partition."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id)
+    await consumer.start()
+    try:
+        short = {tp.partition: (await consumer.committed(tp), end) for tp, end in ends.items()}
+    finally:
+        await consumer.stop()
+    short = {p: pair for p, pair in short.items() if pair[0] != pair[1]}
+    if short:
+        raise SystemExit(f"group {group_id} left partitions uncommitted (committed, end): {short}")
+
+
+# --- running and reporting -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sample:
+    way: Way
+    repeat: int
+    records: int
+    seconds: float
+    warnings: int
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds
+
+
+async def measure(
+    way: Way,
+    repeat: int,
+    run: Run,
+    ends: dict[TopicPartition, int],
+    limit: float,
+    warnings: WarningCounter,
+) -> Sample:
+    warnings.count = 0
+    began = time.perf_counter()
+    try:
+        async with asyncio.timeout(limit):
+            await way.consume(run)
+    except TimeoutError:
+        raise SystemExit(
+            f"{way.name} handled {run.tally.seen:,} of {run.tally.target:,} records "
+            f"in {limit:.0f} s; raise --timeout or lower the record counts"
+        ) from None
+    tally = run.tally
+    if way.whole_topic and tally.seen != tally.target:
+        raise SystemExit(f"{way.name} handled {tally.seen:,} records, expected {tally.target:,}")
+    if way.check_commits:
+        await check_committed(run.bootstrap, run.group_id, ends)
+    return Sample(
+        way=way,
+        repeat=repeat,
+        records=tally.target,
+        seconds=tally.finished - began,
+        warnings=warnings.count,
+    )
+
+
+def spread(values: list[float], fmt: str) -> str:
+    ordered = sorted(values)
+    return " / ".join(format(v, fmt) for v in (ordered[0], statistics.median(ordered), ordered[-1]))
+
+
+def print_table(samples: list[Sample]) -> None:
+    """Rates per way, and each run's rate over raw aiokafka's in the same repeat.
+
+    The paired ratio compares runs taken seconds apart, so a neighbour's load that
+    comes and goes between repeats cancels out of it.
+    """
+    by_way: dict[str, list[Sample]] = {}
+    for sample in samples:
+        by_way.setdefault(sample.way.name, []).append(sample)
+    raw = {s.repeat: s.rate for s in by_way.get(WAYS["raw"].name, [])}
+    print(
+        "\n| way | records/run | runs | records/s min / median / max "
+        "| ratio to raw, paired: min / median / max | commits | aiokafka warnings |"
+        "\n|---|---:|---:|---:|---:|---|---:|"
+    )
+    for name, group in by_way.items():
+        paired = [s.rate / raw[s.repeat] for s in group if s.repeat in raw]
+        print(
+            f"| {name} | {group[0].records:,} | {len(group)} "
+            f"| {spread([s.rate for s in group], ',.0f')} "
+            f"| {spread(paired, '.2f') if paired else '-'} | {group[0].way.commits} "
+            f"| {sum(s.warnings for s in group)} |"
+        )
+
+
+async def bench(args: argparse.Namespace, bootstrap: str, warnings: WarningCounter) -> None:
+    topic = f"bench-throughput-{uuid.uuid4().hex[:8]}"
+    began = time.perf_counter()
+    ends = await produce(bootstrap, topic, args.partitions, args.records, args.value_bytes)
+    produced = sum(ends.values())
+    if produced != args.records:
+        raise SystemExit(f"the topic holds {produced:,} records, expected {args.records:,}")
+    print(f"produced {produced:,} records in {time.perf_counter() - began:.1f} s", flush=True)
+    samples = []
+    for repeat in range(1, args.repeat + 1):
+        for key in args.ways:
+            way = WAYS[key]
+            target = args.records if way.whole_topic else min(args.records, args.faststream_records)
+            run = Run(
+                bootstrap=bootstrap,
+                topic=topic,
+                group_id=f"bench-{uuid.uuid4().hex[:8]}",
+                tally=Tally(target),
+                max_batch=args.max_batch,
+            )
+            sample = await measure(way, repeat, run, ends, args.timeout, warnings)
+            samples.append(sample)
+            print(
+                f"run {repeat}/{args.repeat} {way.name}: {sample.records:,} records "
+                f"in {sample.seconds:.2f} s = {sample.rate:,.0f}/s",
+                flush=True,
+            )
+    print_table(samples)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--records", type=int, default=1_000_000, help="records to produce and consume"
+    )
+    parser.add_argument("--partitions", type=int, default=16, help="partitions of the topic")
+    parser.add_argument("--value-bytes", type=int, default=100, help="size of each record value")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="runs of every way (min/median/max over them)"
+    )
+    parser.add_argument(
+        "--ways",
+        nargs="+",
+        choices=list(WAYS),
+        default=list(WAYS),
+        help="which ways to run, in this order within each repeat",
+    )
+    parser.add_argument(
+        "--max-batch",
+        type=int,
+        default=1_000,
+        help="max_batch of the fairstream batch handler (FastStream batch keeps its default)",
+    )
+    parser.add_argument(
+        "--faststream-records",
+        type=int,
+        default=200_000,
+        help="records FastStream's per-record way handles (a prefix of the topic: at ~20k/s "
+        "the whole topic would take most of the run)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds one run may take before failing"
+    )
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("FAIRSTREAM_BOOTSTRAP"),
+        help="a cluster to use instead of an embedded noida broker (from $FAIRSTREAM_BOOTSTRAP)",
+    )
+    args = parser.parse_args()
+    if min(args.records, args.partitions, args.repeat, args.faststream_records) <= 0:
+        parser.error("--records, --partitions, --repeat and --faststream-records must be > 0")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    logs.configure("console", "WARNING")
+    warnings = WarningCounter()
+    aiokafka_log = logging.getLogger("aiokafka")
+    aiokafka_log.addHandler(warnings)
+    aiokafka_log.propagate = False  # counted in the table instead of flooding the output
+    with cluster(args.bootstrap) as bootstrap:
+        asyncio.run(bench(args, bootstrap, warnings))
+
+
+if __name__ == "__main__":
+    main()
