@@ -52,6 +52,21 @@ class SecurityConfig:
             raise ConfigError(
                 "security.protocol", self.protocol, "unknown protocol", f"use one of {protocols}"
             )
+        mechanisms = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+        if self.sasl_mechanism is not None and self.sasl_mechanism not in mechanisms:
+            raise ConfigError(
+                "security.sasl_mechanism",
+                self.sasl_mechanism,
+                "unknown SASL mechanism",
+                f"use one of {mechanisms}",
+            )
+        if self.ssl_cafile is not None and not os.path.isfile(self.ssl_cafile):
+            raise ConfigError(
+                "security.ssl_cafile",
+                self.ssl_cafile,
+                "no such file",
+                "give the path of the CA bundle (PEM) that signed the brokers' certificates",
+            )
         if self.protocol.startswith("SASL"):
             if self.sasl_mechanism is None or not self.username or self.password is None:
                 raise ConfigError(

@@ -35,6 +35,25 @@ def add_record_context(
     return event
 
 
+class _RedactSaslExchange(logging.Filter):
+    """aiokafka logs every request at DEBUG, SaslAuthenticate's password bytes included."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "SaslAuthenticate" in str(record.msg) or any(
+            "SaslAuthenticate" in str(arg) for arg in (record.args or ())
+        ):
+            record.msg, record.args = (
+                "SaslAuthenticate exchange (credentials redacted by fairstream)",
+                (),
+            )
+        return True
+
+
+# Installed on import, not in configure(): secrets must stay out of logs even for
+# users who configure logging themselves.
+logging.getLogger("aiokafka.conn").addFilter(_RedactSaslExchange())
+
+
 def _stderr_logger(*_args: object) -> structlog.PrintLogger:
     return structlog.PrintLogger(sys.stderr)
 
@@ -65,6 +84,14 @@ def configure(fmt: LogFormat = "auto", level: int | str = logging.INFO) -> None:
         renderer = structlog.dev.ConsoleRenderer()
     else:
         renderer = structlog.processors.JSONRenderer()
+    # aiokafka's own stdlib log lines repeat what fairstream reports as one event
+    # with the fix (an unreachable broker is logged once per retry): show them only
+    # when debugging.
+    logging.getLogger("aiokafka").setLevel(
+        logging.DEBUG if level <= logging.DEBUG else logging.CRITICAL
+    )
+    if level <= logging.DEBUG and not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -25,6 +25,7 @@ from aiokafka.coordinator.protocol import ConsumerProtocol
 from aiokafka.errors import KafkaError
 
 from fairstream.assign import Assignment, GroupSnapshot
+from fairstream.config import SecurityConfig
 from fairstream.errors import BrokerError, ConfigError
 
 __all__ = [
@@ -94,9 +95,16 @@ class BrokerAdmin:
     Holds one admin client and one group-less consumer (for fetch high watermarks).
     """
 
-    def __init__(self, bootstrap: str, *, request_timeout_ms: int = 30_000) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        request_timeout_ms: int = 30_000,
+        security: SecurityConfig | None = None,
+    ) -> None:
         self.bootstrap = bootstrap
         self._timeout_ms = request_timeout_ms
+        self._security = (security or SecurityConfig()).aiokafka_kwargs()
         self._admin: AIOKafkaAdminClient | None = None
         self._consumer: AIOKafkaConsumer | None = None
 
@@ -108,15 +116,9 @@ class BrokerAdmin:
             bootstrap_servers=self.bootstrap,
             client_id="fairstream-admin",
             request_timeout_ms=self._timeout_ms,
+            **self._security,
         )
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
-            client_id="fairstream-admin",
-            enable_auto_commit=False,
-            request_timeout_ms=self._timeout_ms,
-            fetch_max_wait_ms=100,
-            max_partition_fetch_bytes=64 * 1024,
-        )
+        consumer = self._probe()
         try:
             await admin.start()
             await consumer.start()
@@ -146,6 +148,19 @@ class BrokerAdmin:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+    def _probe(self) -> AIOKafkaConsumer:
+        """A group-less consumer that reads a little and never waits long for data."""
+        return AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            client_id="fairstream-admin",
+            enable_auto_commit=False,
+            request_timeout_ms=self._timeout_ms,
+            fetch_max_wait_ms=10,
+            max_partition_fetch_bytes=64 * 1024,
+            auto_offset_reset="latest",
+            **self._security,
+        )
 
     def _clients(self) -> tuple[AIOKafkaAdminClient, AIOKafkaConsumer]:
         if self._admin is None or self._consumer is None:
@@ -182,14 +197,18 @@ class BrokerAdmin:
         self, partitions: Iterable[TopicPartition], *, timeout_s: float = 30.0
     ) -> dict[TopicPartition, int]:
         """The high watermark of each partition, read from a fetch response."""
-        _, consumer = self._clients()
+        self._clients()
         wanted = sorted(set(partitions))
         if not wanted:
             return {}
         deadline = time.monotonic() + timeout_s
+        # A fresh consumer per call, stopped while still assigned: aiokafka 0.14 can
+        # hang in stop() after an unsubscribe() with a fetch in flight. Assigned, it
+        # starts at ListOffsets(latest), at or before the true end on every engine.
+        consumer = self._probe()
         try:
+            await consumer.start()
             consumer.assign(wanted)
-            await consumer.seek_to_end(*wanted)
             while any(consumer.highwater(tp) is None for tp in wanted):
                 if time.monotonic() > deadline:
                     missing = [tp for tp in wanted if consumer.highwater(tp) is None]
@@ -204,7 +223,7 @@ class BrokerAdmin:
         except KafkaError as exc:
             raise self._error("could not read end offsets", exc) from exc
         finally:
-            consumer.unsubscribe()
+            await consumer.stop()
 
     async def log_start_offsets(
         self, partitions: Iterable[TopicPartition]

@@ -419,6 +419,7 @@ def _aiokafka_clients(app: App, subscribers: list[Subscriber]) -> KafkaClients:
             bootstrap=app.bootstrap,
             group_id=app.group_id,
             auto_offset_reset=app.consumer_config.auto_offset_reset,
+            security=app.security,
         ),
         instance_id=app.instance_id,
         dead_letter_topics=dead_letter_topics,

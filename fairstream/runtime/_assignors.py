@@ -37,6 +37,7 @@ from aiokafka.coordinator.protocol import (
 )
 
 from fairstream.assign import STRATEGIES, Assignment, GroupSnapshot, resolve
+from fairstream.config import SecurityConfig
 from fairstream.errors import BrokerError, ConfigError
 from fairstream.runtime._admin import AutoOffsetReset, BrokerAdmin
 
@@ -83,6 +84,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         auto_offset_reset: AutoOffsetReset = "latest",
         max_lag_age_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        security: SecurityConfig | None = None,
     ) -> None:
         resolve(strategy)
         if strategy == "lag" and (not bootstrap or not group_id):
@@ -98,6 +100,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self._reset: AutoOffsetReset = auto_offset_reset
         self._max_age = max_lag_age_s
         self._clock = clock
+        self._security = security
         self._admin: BrokerAdmin | None = None
         self._reading: LagReading | None = None
         self._owned: dict[str, list[int]] = {}
@@ -189,7 +192,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         wanted = set(topics) | self._group_topics
         try:
             if self._admin is None:
-                self._admin = BrokerAdmin(self._bootstrap)
+                self._admin = BrokerAdmin(self._bootstrap, security=self._security)
             await self._admin.start()
             counts = await self._admin.partition_counts(wanted)
             lag = await self._admin.topic_lags(
@@ -224,6 +227,7 @@ def make_assignor(
     group_id: str | None = None,
     auto_offset_reset: AutoOffsetReset = "latest",
     max_lag_age_s: float = 30.0,
+    security: SecurityConfig | None = None,
 ) -> PlanningAssignor:
     """An adapter for ``partition_assignment_strategy=[...]``; one per consumer.
 
@@ -239,6 +243,7 @@ def make_assignor(
         group_id=group_id,
         auto_offset_reset=auto_offset_reset,
         max_lag_age_s=max_lag_age_s,
+        security=security,
     )
 
 

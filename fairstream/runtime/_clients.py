@@ -21,7 +21,12 @@ import anyio
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    TopicAlreadyExistsError,
+)
 
 from fairstream.config import ConsumerConfig, SecurityConfig
 from fairstream.errors import BrokerError, ConfigError
@@ -161,6 +166,7 @@ class AIOKafkaClients:
         self._dead_letter_topics = dict(dead_letter_topics)
         common = {"bootstrap_servers": bootstrap, **security.aiokafka_kwargs()}
         self._common = common
+        self._secured = security.protocol != "PLAINTEXT"
         config = consumer_config
         self._consumer = AIOKafkaConsumer(
             **common,
@@ -196,9 +202,12 @@ class AIOKafkaClients:
         try:
             await client.start()
         except KafkaConnectionError as exc:
+            check = "the bootstrap address (--bootstrap or FAIRSTREAM_BOOTSTRAP)"
+            if self._secured:
+                check += ", the security settings (protocol, SASL mechanism, credentials, CA)"
             raise BrokerError(
-                f"cannot reach the Kafka cluster to start the {what}: {exc}; check the "
-                "bootstrap address (--bootstrap or FAIRSTREAM_BOOTSTRAP) and that the broker runs",
+                f"cannot reach the Kafka cluster to start the {what}: {exc}; check {check} "
+                "and that the broker runs",
                 bootstrap=self.bootstrap,
                 retriable=True,
             ) from exc
@@ -274,12 +283,32 @@ class AIOKafkaClients:
         # Kafka allows a record with neither key nor value, aiokafka's producer does
         # not: such a record is dead-lettered with an empty key instead.
         key = b"" if raw.key is None and raw.value is None else raw.key
-        await self.publish(
-            subscriber.dead_letter.topic_for(raw.topic),
-            raw.value,
-            key=key,
-            headers=dead_letter_headers(raw, error, attempts),
-        )
+        topic = subscriber.dead_letter.topic_for(raw.topic)
+        headers = dead_letter_headers(raw, error, attempts)
+        try:
+            await self._producer.send_and_wait(topic, raw.value, key=key, headers=list(headers))
+        except MessageSizeTooLargeError:
+            # The copy plus our headers is over the size limit. Dead-letter the facts
+            # without the value rather than stop the partition: the headers say where
+            # the original still is (until retention removes it).
+            size = raw.serialized_value_size
+            log.warning(
+                "dead_letter_value_dropped",
+                topic=raw.topic,
+                partition=raw.partition,
+                offset=raw.offset,
+                reason="record too large for the dead-letter topic",
+                value_bytes=size,
+            )
+            dropped = (*headers, ("fairstream.value.dropped", str(size).encode()))
+            await self.publish(topic, None, key=key or b"", headers=dropped)
+        except KafkaError as exc:
+            raise BrokerError(
+                f"dead-lettering {raw.topic}[{raw.partition}]@{raw.offset} to {topic!r} failed: "
+                f"{type(exc).__name__}: {exc}; the record stays uncommitted and will be retried",
+                bootstrap=self.bootstrap,
+                retriable=bool(getattr(exc, "retriable", False)),
+            ) from exc
 
     # --- parallel rebalance (ShadowClients) -------------------------------------------
 
@@ -366,7 +395,14 @@ class AIOKafkaClients:
                 await consumer.stop()
 
     async def aclose(self) -> None:
-        """Stop the consumer (leaving the group), flush the producer, close lag reads."""
+        """Stop the consumer (leaving the group), flush the producer, close lag reads.
+
+        Both are stopped even if their start failed: aiokafka needs stop() to release
+        what start() opened, or it warns about unclosed clients at exit.
+        """
+        for client in (self._producer, self._consumer):
+            if client not in self._started:
+                self._started.insert(0, client)
         while self._started:
             client = self._started.pop()
             try:

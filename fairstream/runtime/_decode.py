@@ -46,9 +46,12 @@ def _text(raw: bytes | None) -> str | None:
 def _json(raw: bytes | None) -> Any:
     if raw is None:
         return None
+    # Decode as UTF-8 first: json.loads(bytes) guesses UTF-16/32 from a BOM-like
+    # start, and would report invalid UTF-8 as a puzzling UTF-16 error.
+    text = _text(raw)
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return json.loads(text)  # type: ignore[arg-type]
+    except json.JSONDecodeError as exc:
         raise DecodeError(f"value is not valid JSON: {exc}") from exc
 
 

@@ -23,8 +23,11 @@ async def test_prints_bootstrap_serves_kafka_and_cleans_up_on_sigterm(engine: st
     )
     async with process:
         assert process.stdout is not None and process.stderr is not None
+        output = b""
         with anyio.fail_after(30):
-            line = (await process.stdout.receive()).decode()
+            while not output.endswith(b"\n"):
+                output += await process.stdout.receive()
+        line = output.decode()
         assert line.startswith("bootstrap=127.0.0.1:") and line.endswith("\n")
         bootstrap = line.strip().removeprefix("bootstrap=")
 

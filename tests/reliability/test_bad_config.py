@@ -90,23 +90,12 @@ def test_unreachable_bootstrap_exits_2_without_traceback(tmp_path: Path) -> None
     assert bootstrap in result.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: when start fails, clients that never started are not stopped "
-    "(_clients.py AIOKafkaClients.aclose only stops self._started), so aiokafka prints "
-    "'Unclosed AIOKafkaConsumer/Producer' to stderr at exit",
-)
 def test_unreachable_bootstrap_leaks_no_unclosed_clients(tmp_path: Path) -> None:
     result = _run(f"127.0.0.1:{free_port()}", tmp_path)
     assert result.returncode == 2
     assert "Unclosed AIOKafka" not in result.stderr, result.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: besides the error line, stderr holds aiokafka's own 'Unable connect to' line "
-    "(stdlib logging, not routed by fairstream.logs.configure) and the unclosed-client lines",
-)
 def test_unreachable_bootstrap_is_one_stderr_line(tmp_path: Path) -> None:
     result = _run(f"127.0.0.1:{free_port()}", tmp_path)
     _assert_one_clear_line(result, "cannot reach the Kafka cluster")

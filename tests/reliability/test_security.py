@@ -84,11 +84,6 @@ def test_inconsistent_security_settings_are_config_errors(
     assert SECRET not in str(caught.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: SecurityConfig.__post_init__ (config.py) does not check sasl_mechanism "
-    "against the allowed names; aiokafka raises a bare ValueError later, at start",
-)
 def test_unknown_sasl_mechanism_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="sasl_mechanism"):
         SecurityConfig(
@@ -99,11 +94,6 @@ def test_unknown_sasl_mechanism_is_a_config_error() -> None:
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a missing ssl_cafile is not checked in SecurityConfig.__post_init__; "
-    "aiokafka_kwargs() raises a bare FileNotFoundError when the clients are built",
-)
 def test_missing_ca_file_is_a_config_error(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-ca.pem"
     with pytest.raises(ConfigError, match="ssl_cafile"):
@@ -248,12 +238,6 @@ async def test_consuming_with_sasl_logs_no_password_in_structlog(
 
 
 @pytest.mark.broker
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: aiokafka logs every request at DEBUG (aiokafka/conn.py:430-431), including "
-    "SaslAuthenticateRequest whose auth_bytes hold user\\0password; fairstream installs no "
-    "redacting filter on the 'aiokafka' logger",
-)
 async def test_consuming_with_sasl_logs_no_password_in_aiokafka_debug_logs(
     noida: Broker, group_id: str, caplog: pytest.LogCaptureFixture
 ) -> None:
