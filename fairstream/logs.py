@@ -10,12 +10,29 @@ from typing import Any, Literal
 
 import structlog
 
-__all__ = ["LogFormat", "add_record_context", "configure", "current_record"]
+__all__ = ["LogFormat", "RecordSlot", "add_record_context", "configure", "current_record"]
 
 LogFormat = Literal["console", "json", "auto"]
 
-current_record: ContextVar[Any] = ContextVar("fairstream_current_record", default=None)
-"""The record being handled in this task; set by the engine once per record."""
+
+class RecordSlot:
+    """Holds the record a worker is handling.
+
+    The engine sets the context variable once per slice and only swaps
+    ``record`` per record: a ContextVar.set() per record would cost more than the
+    rest of the per-record path.
+    """
+
+    __slots__ = ("record",)
+
+    def __init__(self) -> None:
+        self.record: Any = None
+
+
+current_record: ContextVar[RecordSlot | None] = ContextVar(
+    "fairstream_current_record", default=None
+)
+"""The slot of the record being handled in this task, if any."""
 
 
 def add_record_context(
@@ -27,7 +44,8 @@ def add_record_context(
     this processor reads it only when something is actually logged. Add it to your
     own structlog chain if you configure structlog yourself.
     """
-    record = current_record.get()
+    slot = current_record.get()
+    record = slot.record if slot is not None else None
     if record is not None:
         event.setdefault("topic", record.topic)
         event.setdefault("partition", record.partition)

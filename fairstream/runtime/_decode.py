@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 from fairstream.errors import ConfigError
 
-__all__ = ["DecodeError", "Decoder", "decoder_for"]
+__all__ = ["DecodeError", "Decoder", "decoder_for", "passthrough"]
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -30,7 +30,8 @@ class DecodeError(Exception):
     """A record's value could not be decoded; it goes straight to the error policy."""
 
 
-def _raw(raw: bytes | None) -> bytes | None:
+def passthrough(raw: bytes | None) -> bytes | None:
+    """The decoder of ``Record[bytes]`` handlers; the engine skips calling it."""
     return raw
 
 
@@ -96,7 +97,7 @@ def decoder_for(
         return decoder
     value_type = _value_type(handler, batch)
     if value_type in (bytes, typing.Any, object) or value_type is type(None):
-        return _raw
+        return passthrough
     if value_type is str:
         return _text
     origin = typing.get_origin(value_type) or value_type

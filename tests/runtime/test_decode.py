@@ -55,7 +55,7 @@ def test_explicit_decoder_wins() -> None:
     [
         (by_text, b"\xff\xfe", "value is not valid UTF-8"),
         (by_json, b"{oops", "value is not valid JSON"),
-        (by_json, b"\xff", "value is not valid JSON"),
+        (by_json, b"\xff\xfe{}", "value is not valid UTF-8"),
         (by_model, b'{"id": "x"}', "value is not a valid Order"),
     ],
 )

@@ -49,3 +49,28 @@ async def test_a_missing_topic_fails_at_start_like_on_kafka() -> None:
     with pytest.raises(ConfigError, match="not found on the cluster"):
         async with app:
             pass
+
+
+async def test_logs_inside_a_handler_carry_the_record_coordinates() -> None:
+    from fairstream.logs import add_record_context
+
+    broker = MemoryBroker()
+    broker.create_topic("orders", partitions=1)
+    app = App(group_id="g", clients=broker.clients)
+    events: list[dict[str, object]] = []
+
+    @app.subscriber("orders")
+    async def handle(record: Record[bytes]) -> None:
+        events.append(add_record_context(None, "info", {"event": "seen"}))
+
+    async with app:
+        await broker.publish("orders", b"a")
+        await broker.publish("orders", b"b")
+        with anyio.fail_after(5):
+            await broker.drain(app)
+
+    assert events == [
+        {"event": "seen", "topic": "orders", "partition": 0, "offset": 0},
+        {"event": "seen", "topic": "orders", "partition": 0, "offset": 1},
+    ]
+    assert add_record_context(None, "info", {"event": "outside"}) == {"event": "outside"}
