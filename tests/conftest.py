@@ -6,12 +6,14 @@ cluster instead of the embedded engines.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
+import structlog
 
 from fairstream.testing import ENGINES, EmbeddedBroker, EngineInfo
 from tests.backends import Backend, KafkaBackend, MemoryBackend
@@ -46,6 +48,14 @@ class Broker:
 
 
 _ENGINE_PARAMS = ["external"] if EXTERNAL else list(ENGINES)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_logging() -> Iterator[None]:
+    """Undo logs.configure() calls (in-process CLI tests) so tests do not see each other's."""
+    yield
+    structlog.reset_defaults()
+    logging.getLogger("aiokafka").setLevel(logging.NOTSET)
 
 
 @pytest.fixture(scope="session")
