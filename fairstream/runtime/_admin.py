@@ -13,7 +13,7 @@ true end on every engine - so it reads at most one batch per partition.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, final
@@ -73,6 +73,35 @@ class GroupDescription:
     def current(self) -> Assignment:
         """The assignment the members hold now."""
         return Assignment({m: d.assignment for m, d in self.members.items()})
+
+
+async def high_watermarks(
+    consumer: AIOKafkaConsumer,
+    wanted: Sequence[TopicPartition],
+    *,
+    deadline: float,
+    bootstrap: str,
+    poll_ms: int,
+) -> dict[TopicPartition, int]:
+    """Fetch on an assigned consumer until every partition reported its high watermark.
+
+    The high watermark of a fetch is the true end offset on every engine, unlike
+    ListOffsets(latest) on tansu.
+
+    :raises BrokerError: some partition gave no fetch response before ``deadline``
+        (a ``time.monotonic()`` value).
+    """
+    while any(consumer.highwater(tp) is None for tp in wanted):
+        if time.monotonic() > deadline:
+            missing = [tp for tp in wanted if consumer.highwater(tp) is None]
+            raise BrokerError(
+                f"no fetch response for {len(missing)} partition(s), e.g. {missing[0]}, "
+                "in time; check that their leaders are up",
+                bootstrap=bootstrap,
+                retriable=True,
+            )
+        await consumer.getmany(*wanted, timeout_ms=poll_ms)
+    return {tp: consumer.highwater(tp) for tp in wanted}
 
 
 def partition_lag(
@@ -209,17 +238,9 @@ class BrokerAdmin:
         try:
             await consumer.start()
             consumer.assign(wanted)
-            while any(consumer.highwater(tp) is None for tp in wanted):
-                if time.monotonic() > deadline:
-                    missing = [tp for tp in wanted if consumer.highwater(tp) is None]
-                    raise BrokerError(
-                        f"no fetch response for {len(missing)} partition(s), e.g. {missing[0]}, "
-                        f"within {timeout_s:.0f} s; check that their leaders are up",
-                        bootstrap=self.bootstrap,
-                        retriable=True,
-                    )
-                await consumer.getmany(*wanted, timeout_ms=100)
-            return {tp: consumer.highwater(tp) for tp in wanted}
+            return await high_watermarks(
+                consumer, wanted, deadline=deadline, bootstrap=self.bootstrap, poll_ms=100
+            )
         except KafkaError as exc:
             raise self._error("could not read end offsets", exc) from exc
         finally:

@@ -30,6 +30,7 @@ from aiokafka.errors import (
 
 from fairstream.config import ConsumerConfig, SecurityConfig
 from fairstream.errors import BrokerError, ConfigError
+from fairstream.runtime._admin import high_watermarks
 from fairstream.runtime._assignors import PlanningAssignor
 from fairstream.runtime._record import Headers
 from fairstream.runtime._scheduler import TP
@@ -360,16 +361,10 @@ class AIOKafkaClients:
             await probe.start()
             probe.assign(wanted)
             starts = await probe.beginning_offsets(wanted)
-            while any(probe.highwater(tp) is None for tp in wanted):
-                if time.monotonic() > deadline:
-                    raise BrokerError(
-                        f"no fetch response for {len(wanted)} partition(s) within "
-                        f"{timeout_s:.0f} s; check that their leaders are up",
-                        bootstrap=self.bootstrap,
-                        retriable=True,
-                    )
-                await probe.getmany(*wanted, timeout_ms=20)
-            return {(tp.topic, tp.partition): (starts[tp], probe.highwater(tp)) for tp in wanted}
+            ends = await high_watermarks(
+                probe, wanted, deadline=deadline, bootstrap=self.bootstrap, poll_ms=20
+            )
+            return {(tp.topic, tp.partition): (starts[tp], ends[tp]) for tp in wanted}
         except KafkaError as exc:
             raise _read_error(self, "the end offsets", exc) from exc
         finally:
