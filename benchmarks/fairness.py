@@ -47,28 +47,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import multiprocessing
-import os
 import statistics
 import struct
 import time
 import uuid
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
 from typing import Protocol
 
+from _common import add_bootstrap_option, cluster, raw_aiokafka_loop
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 
 from fairstream import App, Record, logs
-from fairstream.testing import EmbeddedBroker
 
 BACKLOG = 0  # the backlog partition; partitions 1..n are live
 STAMP = struct.Struct(">q")
@@ -152,24 +150,13 @@ async def raw_aiokafka(run: Run) -> None:
     async def handle(record: ConsumerRecord[bytes, bytes]) -> None:
         await probe.handle(record)
 
-    consumer = AIOKafkaConsumer(
-        run.topic,
-        bootstrap_servers=run.bootstrap,
+    await raw_aiokafka_loop(
+        bootstrap=run.bootstrap,
+        topic=run.topic,
         group_id=run.group_id,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
+        handle=handle,
+        until=probe.finished,
     )
-    await consumer.start()
-    try:
-        while not probe.finished.is_set():
-            batches = await consumer.getmany(timeout_ms=200)
-            for records in batches.values():
-                for record in records:
-                    await handle(record)
-            if batches:
-                await consumer.commit()
-    finally:
-        await consumer.stop()
 
 
 async def fairstream_records(run: Run) -> None:
@@ -191,15 +178,6 @@ WAYS: dict[str, tuple[str, Callable[[Run], Coroutine[None, None, None]]]] = {
 
 
 # --- the data ------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def cluster(bootstrap: str | None) -> Iterator[str]:
-    if bootstrap:
-        yield bootstrap
-        return
-    with EmbeddedBroker("noida") as broker:
-        yield broker.bootstrap
 
 
 async def produce_backlog(
@@ -527,11 +505,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--timeout", type=float, default=300.0, help="seconds one run may take before failing"
     )
-    parser.add_argument(
-        "--bootstrap",
-        default=os.environ.get("FAIRSTREAM_BOOTSTRAP"),
-        help="a cluster to use instead of an embedded noida broker (from $FAIRSTREAM_BOOTSTRAP)",
-    )
+    add_bootstrap_option(parser)
     args = parser.parse_args()
     if min(args.backlog, args.live_partitions, args.rate, args.window, args.repeat) <= 0:
         parser.error("--backlog, --live-partitions, --rate, --window and --repeat must be > 0")

@@ -22,21 +22,19 @@ or ``FAIRSTREAM_BOOTSTRAP`` names a cluster::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import anyio
+from _common import add_bootstrap_option, cluster
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from fairstream import App, Record, SchedulerConfig, logs
-from fairstream.testing import EmbeddedBroker
 
 LIVE = ord("L")
 
@@ -91,15 +89,6 @@ class Progress:
     def catch_up_latencies(self) -> list[float]:
         """Latencies of live records produced after the join, before the backlog was done."""
         return sorted(lat for at, lat in self.live if self.ready_at <= at <= self.done_at)
-
-
-@contextlib.contextmanager
-def cluster(bootstrap: str | None) -> Iterator[str]:
-    if bootstrap:
-        yield bootstrap
-        return
-    with EmbeddedBroker("noida") as broker:
-        yield broker.bootstrap
 
 
 def producer(bootstrap: str) -> Producer:
@@ -238,11 +227,7 @@ def main() -> None:
     parser.add_argument(
         "--timeout", type=float, default=600, help="seconds one mode may take before it fails"
     )
-    parser.add_argument(
-        "--bootstrap",
-        default=os.environ.get("FAIRSTREAM_BOOTSTRAP"),
-        help="Kafka cluster (default: $FAIRSTREAM_BOOTSTRAP, else an embedded noida broker)",
-    )
+    add_bootstrap_option(parser)
     args = parser.parse_args()
     logs.configure("console", os.environ.get("BENCH_LOG", "WARNING"))
     rows = []

@@ -22,14 +22,14 @@ names a cluster::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from _common import add_bootstrap_option, cluster
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -38,7 +38,6 @@ from fairstream.spark import BackfillJob, BackfillRecord, build_session, read_ch
 from fairstream.spark.cluster import read_states
 from fairstream.spark.planning import place_chunks, plan_ranges, split_ranges
 from fairstream.spark.source import ReadSettings, read_task
-from fairstream.testing import EmbeddedBroker
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,15 +49,6 @@ class Row:
     @property
     def rate(self) -> float:
         return self.records / self.seconds
-
-
-@contextlib.contextmanager
-def cluster(bootstrap: str | None) -> Iterator[str]:
-    if bootstrap:
-        yield bootstrap
-        return
-    with EmbeddedBroker("noida") as broker:
-        yield broker.bootstrap
 
 
 def produce(bootstrap: str, topic: str, partitions: int, records: int, value_bytes: int) -> float:
@@ -122,11 +112,7 @@ def main() -> None:
     parser.add_argument("--value-bytes", type=int, default=100, help="size of each value")
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     parser.add_argument("--chunk", type=int, default=100_000, help="offsets per chunk")
-    parser.add_argument(
-        "--bootstrap",
-        default=os.environ.get("FAIRSTREAM_BOOTSTRAP"),
-        help="existing cluster (default: $FAIRSTREAM_BOOTSTRAP, else an embedded noida)",
-    )
+    add_bootstrap_option(parser)
     args = parser.parse_args()
     logs.configure("console", "WARNING")
 

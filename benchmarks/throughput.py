@@ -33,22 +33,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
-import os
 import statistics
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from _common import add_bootstrap_option, cluster, raw_aiokafka_loop
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord
 from faststream.kafka import KafkaBroker
 
 from fairstream import App, Record, logs
-from fairstream.testing import EmbeddedBroker
 
 
 @dataclass(slots=True)
@@ -109,24 +107,13 @@ async def raw_aiokafka(run: Run) -> None:
     async def handle(record: ConsumerRecord[bytes, bytes]) -> None:
         tally.add(1)
 
-    consumer = AIOKafkaConsumer(
-        run.topic,
-        bootstrap_servers=run.bootstrap,
+    await raw_aiokafka_loop(
+        bootstrap=run.bootstrap,
+        topic=run.topic,
         group_id=run.group_id,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
+        handle=handle,
+        until=tally.done,
     )
-    await consumer.start()
-    try:
-        while not tally.done.is_set():
-            batches = await consumer.getmany(timeout_ms=200)
-            for records in batches.values():
-                for record in records:
-                    await handle(record)
-            if batches:
-                await consumer.commit()
-    finally:
-        await consumer.stop()
 
 
 async def fairstream_records(run: Run) -> None:
@@ -210,15 +197,6 @@ WAYS = {
 
 
 # --- data and checks -----------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def cluster(bootstrap: str | None) -> Iterator[str]:
-    if bootstrap:
-        yield bootstrap
-        return
-    with EmbeddedBroker("noida") as broker:
-        yield broker.bootstrap
 
 
 async def produce(
@@ -421,11 +399,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--timeout", type=float, default=300.0, help="seconds one run may take before failing"
     )
-    parser.add_argument(
-        "--bootstrap",
-        default=os.environ.get("FAIRSTREAM_BOOTSTRAP"),
-        help="a cluster to use instead of an embedded noida broker (from $FAIRSTREAM_BOOTSTRAP)",
-    )
+    add_bootstrap_option(parser)
     args = parser.parse_args()
     if min(args.records, args.partitions, args.repeat, args.faststream_records) <= 0:
         parser.error("--records, --partitions, --repeat and --faststream-records must be > 0")
