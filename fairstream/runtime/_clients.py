@@ -186,7 +186,6 @@ class AIOKafkaClients:
         self._producer = AIOKafkaProducer(**common, client_id=f"{config.client_id}-producer")
         self._assignor = assignor
         self._config = config
-        self._started: list[Any] = []
         self._admin: AIOKafkaAdminClient | None = None
 
     @property
@@ -218,7 +217,6 @@ class AIOKafkaClients:
                 bootstrap=self.bootstrap,
                 retriable=bool(getattr(exc, "retriable", False)),
             ) from exc
-        self._started.append(client)
 
     async def start(self, topics: Sequence[str], listener: ConsumerRebalanceListener) -> None:
         """Connect, check the topics exist, create missing dead-letter topics, subscribe."""
@@ -395,19 +393,15 @@ class AIOKafkaClients:
         Both are stopped even if their start failed: aiokafka needs stop() to release
         what start() opened, or it warns about unclosed clients at exit.
         """
-        for client in (self._producer, self._consumer):
-            if client not in self._started:
-                self._started.insert(0, client)
-        while self._started:
-            client = self._started.pop()
+        admin, self._admin = self._admin, None
+        closers = [self._consumer.stop, self._producer.stop]
+        if admin is not None:
+            closers.insert(0, admin.close)
+        for close in closers:
             try:
-                if isinstance(client, AIOKafkaAdminClient):
-                    await client.close()
-                else:
-                    await client.stop()
+                await close()
             except KafkaError as exc:
                 log.warning("client_stop_failed", reason=f"{type(exc).__name__}: {exc}")
-        self._admin = None
         await self._assignor.aclose()
 
 
