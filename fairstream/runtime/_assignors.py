@@ -47,6 +47,10 @@ log = structlog.get_logger(__name__)
 
 _FALLBACK = "fair"
 
+_RESTARTS = ""
+"""User-data key for how often this member's consumer was rebuilt. No topic can be
+named "", so every leader's owned-partitions reader skips it, older ones included."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LagReading:
@@ -104,6 +108,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self._admin: BrokerAdmin | None = None
         self._reading: LagReading | None = None
         self._owned: dict[str, list[int]] = {}
+        self._restarts = 0
         self._group_topics: frozenset[str] = frozenset()
         self.last_plan: PlanRecord | None = None
 
@@ -115,13 +120,30 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
     # --- aiokafka's assignor interface (synchronous, no I/O) ---------------------
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
-        """Join metadata: our subscription, and the partitions we own in the user data."""
-        owned = json.dumps(self._owned, separators=(",", ":"), sort_keys=True).encode()
-        return ConsumerProtocolMemberMetadata(self.version, sorted(topics), owned)
+        """Join metadata: our subscription, and the partitions we own in the user data.
+
+        After :meth:`consumer_restarted` the user data also counts the restarts.
+        """
+        data: dict[str, list[int]] = dict(self._owned)
+        if self._restarts:
+            data[_RESTARTS] = [self._restarts]
+        user_data = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+        return ConsumerProtocolMemberMetadata(self.version, sorted(topics), user_data)
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
         """Remember what we were given, to report it at the next join."""
         self._owned = {topic: sorted(ps) for topic, ps in assignment.assignment if ps}
+
+    def consumer_restarted(self) -> None:
+        """Own nothing, and make the next join's metadata differ from the last one's.
+
+        A broker may answer a static member's rejoin with unchanged metadata from the
+        slot it kept for that instance, without a rebalance: noida does so even when
+        the slot holds no assignment (the member was left out of the generation), and
+        aiokafka 0.14 cannot decode the empty one. Changed metadata makes it rebalance.
+        """
+        self._owned = {}
+        self._restarts += 1
 
     def assign(
         self, cluster: ClusterMetadata, members: Mapping[str, ConsumerProtocolMemberMetadata]

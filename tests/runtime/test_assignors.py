@@ -136,3 +136,36 @@ def test_unreadable_owned_data_is_ignored_with_a_warning() -> None:
         "owned_partitions_unreadable"
     ]
     assert sorted(len(r.partitions()) for r in result.values()) == [1, 2]
+
+
+def test_members_beyond_the_partitions_get_a_decodable_empty_assignment() -> None:
+    """The leader never sends b"" (what aiokafka cannot decode): a member with no
+    partitions gets an encoded assignment with an empty partition list."""
+    members = {m: make_assignor("fair") for m in ("m0", "m1", "m2", "m3", "m4")}
+    metadata = {m: a.metadata(["a"]) for m, a in members.items()}
+    result = members["m0"].assign(cluster({"a": 3}), metadata)
+    assert set(result) == set(members)
+    decoded = {
+        m: ConsumerProtocolMemberAssignment.decode(assignment.encode())
+        for m, assignment in result.items()
+    }
+    assert sorted(len(d.partitions()) for d in decoded.values()) == [0, 0, 1, 1, 1]
+
+
+def test_restarted_consumer_joins_with_new_metadata_every_leader_ignores() -> None:
+    """After a restart the member owns nothing, and its join metadata differs from
+    the last join's, so a broker keeping its static slot rebalances."""
+    restarted, other = make_assignor("sticky"), make_assignor("sticky")
+    restarted.on_assignment(ConsumerProtocolMemberAssignment(0, [("a", [0, 1])], b""))
+    before = restarted.metadata(["a"]).user_data
+    restarted.consumer_restarted()
+    first = restarted.metadata(["a"]).user_data
+    restarted.consumer_restarted()
+    second = restarted.metadata(["a"]).user_data
+    assert len({before, first, second, other.metadata(["a"]).user_data}) == 4
+    members = {"m0": restarted, "m1": other}
+    with capture_logs() as logs:
+        result = join(other, members)
+    assert not [e for e in logs if e["log_level"] == "warning"]
+    assert other.last_plan is not None and other.last_plan.previous is None
+    assert sum(len(ps) for r in result.values() for ps in r.values()) == 6
