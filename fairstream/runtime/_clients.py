@@ -12,8 +12,9 @@ optional Protocol: clients without it (the in-memory kit, for now) consume plain
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol, runtime_checkable
 
@@ -42,6 +43,7 @@ __all__ = [
     "KafkaClients",
     "ShadowClients",
     "ShadowReader",
+    "consumer_broken",
     "dead_letter_headers",
     "record_bytes",
 ]
@@ -67,6 +69,16 @@ class KafkaClients(Protocol):
     @property
     def member_id(self) -> str | None: ...
     async def start(self, topics: Sequence[str], listener: ConsumerRebalanceListener) -> None: ...
+    async def restart_consumer(self) -> None:
+        """Replace the consumer with a new one, subscribed as :meth:`start` left it.
+
+        For a consumer that :func:`consumer_broken` says will not recover; the engine
+        revokes its partitions first. The new one rejoins the group (same instance id).
+
+        :raises BrokerError: the new consumer could not start.
+        """
+        ...
+
     async def publish(
         self,
         topic: str,
@@ -119,6 +131,17 @@ class ShadowClients(Protocol):
     def shadow_reader(self, tp: TP) -> AbstractAsyncContextManager[ShadowReader]: ...
 
 
+def consumer_broken(exc: KafkaError) -> bool:
+    """Whether ``exc`` from ``getmany`` means the consumer must be replaced.
+
+    aiokafka raises failures of group coordination it did not foresee as a bare
+    ``KafkaError``, among them its coordinator task ending on a SyncGroup assignment
+    it cannot decode: every later call then raises it again. Errors a user must act
+    on (authorization, invalid settings) have classes of their own.
+    """
+    return type(exc) is KafkaError
+
+
 def record_bytes(records: Sequence[Any]) -> int:
     """Queue bytes charged for fetched records: their values plus a fixed overhead each."""
     values: int = sum(r.serialized_value_size for r in records)
@@ -168,12 +191,23 @@ class AIOKafkaClients:
         common = {"bootstrap_servers": bootstrap, **security.aiokafka_kwargs()}
         self._common = common
         self._secured = security.protocol != "PLAINTEXT"
-        config = consumer_config
-        self._consumer = AIOKafkaConsumer(
-            **common,
-            group_id=group_id,
+        self._assignor = assignor
+        self._config = consumer_config
+        self._instance_id = instance_id
+        self._consumer = self._group_consumer()
+        self._producer = AIOKafkaProducer(
+            **common, client_id=f"{consumer_config.client_id}-producer"
+        )
+        self._admin: AIOKafkaAdminClient | None = None
+        self._subscription: tuple[list[str], ConsumerRebalanceListener] | None = None
+
+    def _group_consumer(self) -> AIOKafkaConsumer:
+        config = self._config
+        return AIOKafkaConsumer(
+            **self._common,
+            group_id=self.group_id,
             client_id=config.client_id,
-            group_instance_id=instance_id,
+            group_instance_id=self._instance_id,
             enable_auto_commit=False,
             auto_offset_reset=config.auto_offset_reset,
             session_timeout_ms=config.session_timeout_ms,
@@ -181,12 +215,8 @@ class AIOKafkaClients:
             max_poll_interval_ms=config.max_poll_interval_ms,
             fetch_max_bytes=config.fetch_max_bytes,
             max_partition_fetch_bytes=config.max_partition_fetch_bytes,
-            partition_assignment_strategy=(assignor,),
+            partition_assignment_strategy=(self._assignor,),
         )
-        self._producer = AIOKafkaProducer(**common, client_id=f"{config.client_id}-producer")
-        self._assignor = assignor
-        self._config = config
-        self._admin: AIOKafkaAdminClient | None = None
 
     @property
     def consumer(self) -> ConsumerPort:
@@ -233,10 +263,30 @@ class AIOKafkaClients:
                 "source topics",
             )
         await self._ensure_dead_letter_topics(existing)
+        self._subscription = (list(topics), listener)
+        self._subscribe()
+
+    def _subscribe(self) -> None:
+        assert self._subscription is not None, "start() subscribes first"
+        topics, listener = self._subscription
         # The assignor's listener reads the group's lag after our revoke committed.
-        self._consumer.subscribe(
-            list(topics), listener=self._assignor.listener(self._consumer, listener)
-        )
+        self._consumer.subscribe(topics, listener=self._assignor.listener(self._consumer, listener))
+
+    async def restart_consumer(self) -> None:
+        # The new one starts first: if it cannot, the old one stays, to be replaced later.
+        fresh = self._group_consumer()
+        try:
+            await self._start(fresh, "consumer")
+        except BrokerError:
+            with anyio.CancelScope(shield=True):
+                await _stop_quietly(fresh.stop)
+            raise
+        old, self._consumer = self._consumer, fresh
+        with anyio.CancelScope(shield=True):
+            await _raise_once_more(old)
+            await _stop_quietly(old.stop)
+        self._assignor.consumer_restarted()
+        self._subscribe()
 
     async def _ensure_dead_letter_topics(self, existing: set[str]) -> None:
         wanted = {dlq: src for src, dlq in self._dead_letter_topics.items() if dlq not in existing}
@@ -398,11 +448,28 @@ class AIOKafkaClients:
         if admin is not None:
             closers.insert(0, admin.close)
         for close in closers:
-            try:
-                await close()
-            except KafkaError as exc:
-                log.warning("client_stop_failed", reason=f"{type(exc).__name__}: {exc}")
+            await _stop_quietly(close)
         await self._assignor.aclose()
+
+
+async def _raise_once_more(consumer: AIOKafkaConsumer) -> None:
+    """Let a broken consumer raise its error again, now from its coordinator task.
+
+    The engine saw a copy that aiokafka hands to fetch waiters; unless the task's own
+    exception is retrieved, asyncio logs "Task exception was never retrieved" when the
+    task is collected. Records it returns instead are dropped, uncommitted: the engine
+    revoked every partition before the restart, so the group reads them again.
+    """
+    with contextlib.suppress(KafkaError):
+        await consumer.getmany(timeout_ms=0)
+
+
+async def _stop_quietly(close: Callable[[], Awaitable[None]]) -> None:
+    """Stop a client; a broker error then is logged, as nothing is left to do about it."""
+    try:
+        await close()
+    except KafkaError as exc:
+        log.warning("client_stop_failed", reason=f"{type(exc).__name__}: {exc}")
 
 
 _SHADOW_READ_RECORDS = 500

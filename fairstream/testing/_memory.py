@@ -274,7 +274,10 @@ class _MemoryClients:
 
     def __init__(self, broker: MemoryBroker, group_id: str, reset: str) -> None:
         self._broker = broker
+        self._group_id = group_id
+        self._reset = reset
         self._consumer = _MemoryConsumer(broker, group_id, reset)
+        self._subscription: tuple[Sequence[str], ConsumerRebalanceListener] | None = None
 
     @property
     def consumer(self) -> ConsumerPort:
@@ -293,7 +296,15 @@ class _MemoryClients:
                 "not found on the cluster",
                 "create them first (or check the spelling)",
             )
+        self._subscription = (topics, listener)
         self._consumer.subscribe(topics, listener)
+
+    async def restart_consumer(self) -> None:
+        """Leave the group and join again as a new member, as a rebuilt consumer does."""
+        assert self._subscription is not None, "start() subscribes first"
+        self._consumer.leave()
+        self._consumer = _MemoryConsumer(self._broker, self._group_id, self._reset)
+        self._consumer.subscribe(*self._subscription)
 
     async def publish(
         self,

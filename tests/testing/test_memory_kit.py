@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from aiokafka import ConsumerRebalanceListener, TopicPartition
 
 from fairstream import App, ConfigError, Record, RetryPolicy
 from fairstream.testing import MemoryBroker
@@ -74,3 +75,38 @@ async def test_logs_inside_a_handler_carry_the_record_coordinates() -> None:
         {"event": "seen", "topic": "orders", "partition": 0, "offset": 1},
     ]
     assert add_record_context(None, "info", {"event": "outside"}) == {"event": "outside"}
+
+
+class _Recorder(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.assigned: list[set[TopicPartition]] = []
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        pass
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.assigned.append(set(assigned))
+
+
+async def test_a_restarted_consumer_rejoins_as_a_new_member_and_reads_from_the_commits() -> None:
+    broker = MemoryBroker()
+    broker.create_topic("orders", partitions=2)
+    for value in (b"a", b"b", b"c"):
+        await broker.publish("orders", value)
+    app = App(group_id="g", clients=broker.clients)
+    clients = broker.clients(app, [])
+    listener = _Recorder()
+    await clients.start(["orders"], listener)
+    first = await clients.consumer.getmany(timeout_ms=0)
+    await clients.consumer.commit({TopicPartition("orders", 0): 1})
+    member = clients.member_id
+
+    await clients.restart_consumer()
+    again = await clients.consumer.getmany(timeout_ms=0)
+
+    assert clients.member_id not in (None, member)
+    assert listener.assigned[-1] == {TopicPartition("orders", 0), TopicPartition("orders", 1)}
+    assert sum(map(len, first.values())) == 3
+    # Partition 0 resumes after its commit; partition 1 had none, so from the start.
+    assert {tp.partition: [r.offset for r in rs] for tp, rs in again.items()} == {0: [1], 1: [0]}
+    await clients.aclose()
