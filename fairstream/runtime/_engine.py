@@ -12,6 +12,9 @@ Tasks, all in one anyio task group owned by :meth:`Engine.run`:
 aiokafka awaits the rebalance listener before it rejoins, so revocation can
 finish in-flight work, commit, and only then let the partitions go; assignment
 reads the group's commits and decides whether to jump before any record is fetched.
+
+A consumer whose group coordination died for good (``consumer_broken``) is replaced:
+its partitions are revoked the usual way and a new consumer rejoins the group.
 """
 
 from __future__ import annotations
@@ -29,7 +32,12 @@ from aiokafka.structs import OffsetAndMetadata
 
 from fairstream.config import OffsetReset, SchedulerConfig
 from fairstream.errors import BrokerError, FairstreamError
-from fairstream.runtime._clients import KafkaClients, ShadowClients, record_bytes
+from fairstream.runtime._clients import (
+    KafkaClients,
+    ShadowClients,
+    consumer_broken,
+    record_bytes,
+)
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._scheduler import TP, Dispatch, FairScheduler
 from fairstream.runtime._shadow import CatchUp, ShadowHandoff, ShadowTasks, plan_catch_up
@@ -42,6 +50,14 @@ __all__ = ["Ack", "Engine"]
 log = structlog.get_logger(__name__)
 
 Ack = Literal["auto", "manual"]
+
+_REBUILD_LIMIT = 5
+"""Consumer rebuilds in a row, with no assignment between them, before the engine stops."""
+
+
+def _rebuild_backoff(attempt: int) -> float:
+    """Seconds to wait before rebuild ``attempt``: none for the first, then 0.5 s doubling."""
+    return 0.0 if attempt == 1 else 0.5 * 2 ** (attempt - 2)
 
 
 @dataclass(slots=True, eq=False)
@@ -119,6 +135,7 @@ class Engine:
         self._stop = anyio.Event()
         self.joined = anyio.Event()
         self._stopping = False
+        self._rebuilds = 0
         self._failure: FairstreamError | None = None
         self.state = "created"
 
@@ -203,11 +220,16 @@ class Engine:
             try:
                 batches = await consumer.getmany(timeout_ms=200)
             except KafkaError as exc:
-                if not getattr(exc, "retriable", False):
+                if getattr(exc, "retriable", False):
+                    log.warning("fetch_failed", reason=str(exc))
+                    await anyio.sleep(0.5)
+                    continue
+                if not consumer_broken(exc):
                     self._fail(BrokerError(f"fetching failed: {exc}", retriable=False))
                     return
-                log.warning("fetch_failed", reason=str(exc))
-                await anyio.sleep(0.5)
+                if not await self._rebuild_consumer(str(exc)):
+                    return
+                consumer = self._clients.consumer
                 continue
             for tp, records in batches.items():
                 key = (tp.topic, tp.partition)
@@ -223,6 +245,35 @@ class Engine:
                     log.debug("partition_paused", topic=tp.topic, partition=tp.partition)
             if batches:
                 self._wake()
+
+    async def _rebuild_consumer(self, reason: str) -> bool:
+        """Release every partition, then replace the consumer; ``False``: gave up (failed).
+
+        The revoke is the usual one (in-flight work finished or cancelled, handled
+        watermarks committed if the broker still takes them), so the new consumer
+        reads on from committed offsets: records may be handled twice, none skipped.
+        Rebuilds count until the next assignment, at most :data:`_REBUILD_LIMIT`.
+        """
+        await self.on_revoked(set(self._offsets.partitions))
+        while self._rebuilds < _REBUILD_LIMIT:
+            self._rebuilds += 1
+            await anyio.sleep(_rebuild_backoff(self._rebuilds))
+            try:
+                await self._clients.restart_consumer()
+            except BrokerError as exc:
+                reason = str(exc)
+                log.warning("consumer_rebuild_failed", reason=reason, attempt=self._rebuilds)
+                continue
+            log.warning("consumer_rebuilt", reason=reason, attempt=self._rebuilds)
+            return True
+        self._fail(
+            BrokerError(
+                f"fetching failed: {reason}; gave up after {_REBUILD_LIMIT} consumer rebuilds "
+                "in a row without an assignment",
+                retriable=False,
+            )
+        )
+        return False
 
     def _wake(self) -> None:
         self._work.set()
@@ -328,6 +379,7 @@ class Engine:
         handled or committed, so no open shadow range is overwritten) and the
         engine stops with the error.
         """
+        self._rebuilds = 0  # the group took this consumer in
         clients = self._shadow_clients
         plans: dict[TP, CatchUp] = {}
         partitions = [TopicPartition(*tp) for tp in sorted(tps)]
