@@ -57,7 +57,9 @@ ENGINES: dict[Engine, EngineInfo] = {
         restartable=True,
         quirks="never evicts a member (a killed one, or the old id of a member that "
         "rejoined); answers a commit racing a rebalance with ILLEGAL_GENERATION, which makes "
-        "clients rejoin under a new id: give each member an instance_id (static membership)",
+        "clients rejoin under a new id: give each member an instance_id (static membership); "
+        "a static member rejoining with unchanged metadata after a rebalance left it out "
+        "gets an empty assignment",
     ),
     "tansu": EngineInfo(
         name="tansu",
