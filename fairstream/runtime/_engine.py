@@ -2,8 +2,9 @@
 
 Tasks, all in one anyio task group owned by :meth:`Engine.run`:
 
-- the fetch loop polls aiokafka and pushes each partition's records into its
-  bounded queue, pausing partitions whose queue is full;
+- the fetch loop pulls records from aiokafka into each partition's bounded queue,
+  only for queues below half full and never more than the fullest one has room
+  for; aiokafka keeps the rest of what it fetched, undecoded, until it is pulled;
 - ``concurrency`` workers take dispatches from the fair scheduler and run them;
 - the commit loop commits handled watermarks every ``commit_interval``;
 - the KIP-333 shadow tasks (``_shadow``) replay backlogs after a parallel-rebalance
@@ -131,7 +132,8 @@ class Engine:
                 reason="the Kafka clients cannot read commit metadata or run a shadow",
             )
         self._work = anyio.Event()
-        self._drained = anyio.Event()
+        self._room = anyio.Event()
+        self._pull = anyio.CancelScope()
         self._stop = anyio.Event()
         self.joined = anyio.Event()
         self._stopping = False
@@ -209,42 +211,73 @@ class Engine:
     # --- fetching -------------------------------------------------------------------
 
     async def _fetch_loop(self) -> None:
-        consumer = self._clients.consumer
-        config = self._config
+        """Pull what the queues have room for.
+
+        Records are decoded as they are pulled, so a backlog becomes Python objects
+        only a little ahead of its handler: they die young, and the garbage
+        collector never walks a heap of a million waiting records. Backpressure is
+        not pulling; unlike ``pause()``, that keeps aiokafka's fetched data.
+        """
         scheduler = self._scheduler
         while not self._stopping:
-            if scheduler.buffered_bytes >= config.max_buffered_bytes:
-                self._drained = anyio.Event()
-                await self._drained.wait()
+            wanted, room = self._wanted()
+            # With no partition yet, poll them all: a consumer may join only while polled.
+            if not wanted and scheduler.queues:
+                self._room = anyio.Event()
+                await self._room.wait()
                 continue
-            try:
-                batches = await consumer.getmany(timeout_ms=200)
-            except KafkaError as exc:
-                if getattr(exc, "retriable", False):
-                    log.warning("fetch_failed", reason=str(exc))
-                    await anyio.sleep(0.5)
-                    continue
-                if not consumer_broken(exc):
-                    self._fail(BrokerError(f"fetching failed: {exc}", retriable=False))
+            consumer = self._clients.consumer
+            batches: dict[TopicPartition, list[Any]] = {}
+            failure: KafkaError | None = None
+            # A queue that gets room cancels the wait, so its partition is pulled at once.
+            with anyio.CancelScope() as self._pull:
+                try:
+                    batches = await consumer.getmany(*wanted, timeout_ms=200, max_records=room)
+                except KafkaError as exc:
+                    failure = exc
+            if failure is not None:
+                if not await self._fetch_failed(failure):
                     return
-                if not await self._rebuild_consumer(str(exc)):
-                    return
-                consumer = self._clients.consumer
                 continue
             for tp, records in batches.items():
                 key = (tp.topic, tp.partition)
-                if key not in scheduler.queues or not records:
-                    continue
-                queue = scheduler.push(key, records, record_bytes(records))
-                if not queue.paused and (
-                    queue.count >= config.queue_max_records
-                    or queue.nbytes >= config.queue_max_bytes
-                ):
-                    queue.paused = True
-                    consumer.pause(tp)
-                    log.debug("partition_paused", topic=tp.topic, partition=tp.partition)
+                if key in scheduler.queues and records:
+                    scheduler.push(key, records, record_bytes(records))
             if batches:
                 self._wake()
+
+    async def _fetch_failed(self, exc: KafkaError) -> bool:
+        """Wait out a retriable error or rebuild a broken consumer; ``False``: stop fetching."""
+        if getattr(exc, "retriable", False):
+            log.warning("fetch_failed", reason=str(exc))
+            await anyio.sleep(0.5)
+            return True
+        if not consumer_broken(exc):
+            self._fail(BrokerError(f"fetching failed: {exc}", retriable=False))
+            return False
+        return await self._rebuild_consumer(str(exc))
+
+    def _wanted(self) -> tuple[list[TopicPartition], int]:
+        """The partitions to pull now, and how many records one pull may bring.
+
+        A queue at half its bounds or more is *held* (``paused`` in the stats) until
+        the scheduler drains it below. The pull is capped by the smallest room among
+        the others, so no queue passes ``queue_max_records``; and a backlog partition
+        that aiokafka lists first cannot take every pull, since it is held once full.
+        """
+        config = self._config
+        if self._scheduler.buffered_bytes >= config.max_buffered_bytes:
+            return [], 0
+        half_records = max(1, config.queue_max_records // 2)
+        half_bytes = max(1, config.queue_max_bytes // 2)
+        wanted = []
+        room = config.queue_max_records
+        for queue in self._scheduler.queues.values():
+            queue.paused = queue.count >= half_records or queue.nbytes >= half_bytes
+            if not queue.paused:
+                wanted.append(TopicPartition(*queue.tp))
+                room = min(room, config.queue_max_records - queue.count)
+        return wanted, room
 
     async def _rebuild_consumer(self, reason: str) -> bool:
         """Release every partition, then replace the consumer; ``False``: gave up (failed).
@@ -279,7 +312,8 @@ class Engine:
         self._work.set()
         self._work = anyio.Event()
 
-    def _resume_drained(self, dispatch: Dispatch[Any]) -> None:
+    def _note_room(self, dispatch: Dispatch[Any]) -> None:
+        """Restart the fetch loop's pull if this dispatch made room in a held queue."""
         config = self._config
         # A shadow's queue is filled by its own reader, which waits for room itself.
         for piece in () if dispatch.replay else dispatch.slices:
@@ -287,14 +321,14 @@ class Engine:
             if (
                 queue is not None
                 and queue.paused
-                and queue.count <= config.queue_max_records // 2
-                and queue.nbytes <= config.queue_max_bytes // 2
+                and queue.count < max(1, config.queue_max_records // 2)
+                and queue.nbytes < max(1, config.queue_max_bytes // 2)
             ):
-                queue.paused = False
-                self._clients.consumer.resume(TopicPartition(*piece.tp))
-                log.debug("partition_resumed", topic=piece.tp[0], partition=piece.tp[1])
-        if self._scheduler.buffered_bytes < self._config.max_buffered_bytes:
-            self._drained.set()
+                self._pull.cancel()
+                self._room.set()
+                return
+        if self._scheduler.buffered_bytes < config.max_buffered_bytes:
+            self._room.set()
 
     # --- handling -------------------------------------------------------------------
 
@@ -305,7 +339,7 @@ class Engine:
             if dispatch is None:
                 await self._work.wait()
                 continue
-            self._resume_drained(dispatch)
+            self._note_room(dispatch)
             await self._run_dispatch(dispatch)
             if scheduler.has_ready():
                 self._wake()
@@ -401,6 +435,7 @@ class Engine:
         if clients is not None and plans:
             await self._catch_up(clients, plans)
             self._clients.consumer.resume(*partitions)
+        self._room.set()  # the fetch loop waits for queues to pull into
         self.joined.set()
         log.info("partitions_assigned", group_id=self.group_id, partitions=sorted(tps))
 

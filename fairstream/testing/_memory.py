@@ -227,18 +227,20 @@ class _MemoryConsumer:
         await self._listener.on_partitions_assigned(set(mine))
 
     async def getmany(
-        self, *partitions: Any, timeout_ms: int = 0
+        self, *partitions: Any, timeout_ms: int = 0, max_records: int | None = None
     ) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
         deadline = anyio.current_time() + timeout_ms / 1000
         while True:
             await self._follow_rebalance()
             batches = {}
+            budget = max_records or _FETCH_LIMIT * len(self._positions)
             for tp, position in self._positions.items():
-                if tp in self._paused:
+                if tp in self._paused or (partitions and tp not in partitions) or budget <= 0:
                     continue
                 log = self._broker._topics[tp.topic][tp.partition]
                 if position < len(log):
-                    chunk = log[position : position + _FETCH_LIMIT]
+                    chunk = log[position : position + min(_FETCH_LIMIT, budget)]
+                    budget -= len(chunk)
                     self._positions[tp] = position + len(chunk)
                     batches[tp] = chunk
             remaining = deadline - anyio.current_time()
