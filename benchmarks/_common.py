@@ -43,8 +43,12 @@ async def raw_aiokafka_loop(
     group_id: str,
     handle: Callable[[ConsumerRecord[bytes, bytes]], Awaitable[None]],
     until: asyncio.Event,
+    max_records: int | None = None,
 ) -> None:
-    """What a user writes without a framework: getmany, a handler per record, commit per batch."""
+    """What a user writes without a framework: getmany, a handler per record, commit per batch.
+
+    ``max_records`` bounds each ``getmany`` (aiokafka's own option; unbounded by default).
+    """
     consumer = AIOKafkaConsumer(
         topic,
         bootstrap_servers=bootstrap,
@@ -55,7 +59,7 @@ async def raw_aiokafka_loop(
     await consumer.start()
     try:
         while not until.is_set():
-            batches = await consumer.getmany(timeout_ms=200)
+            batches = await consumer.getmany(timeout_ms=200, max_records=max_records)
             for records in batches.values():
                 for record in records:
                     await handle(record)
