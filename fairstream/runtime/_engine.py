@@ -40,7 +40,7 @@ from fairstream.runtime._clients import (
     record_bytes,
 )
 from fairstream.runtime._offsets import OffsetTracker
-from fairstream.runtime._scheduler import TP, Dispatch, FairScheduler
+from fairstream.runtime._scheduler import TP, Dispatch, FairScheduler, PartitionQueue
 from fairstream.runtime._shadow import CatchUp, ShadowHandoff, ShadowTasks, plan_catch_up
 from fairstream.runtime._stats import AppStats, StatsRecorder
 from fairstream.runtime._subscriber import Subscriber
@@ -134,6 +134,9 @@ class Engine:
         self._work = anyio.Event()
         self._room = anyio.Event()
         self._pull = anyio.CancelScope()
+        # A queue at half its bounds or more is held: not pulled into until drained below.
+        self._hold_records = max(1, scheduler.queue_max_records // 2)
+        self._hold_bytes = max(1, scheduler.queue_max_bytes // 2)
         self._stop = anyio.Event()
         self.joined = anyio.Event()
         self._stopping = False
@@ -268,12 +271,10 @@ class Engine:
         config = self._config
         if self._scheduler.buffered_bytes >= config.max_buffered_bytes:
             return [], 0
-        half_records = max(1, config.queue_max_records // 2)
-        half_bytes = max(1, config.queue_max_bytes // 2)
         wanted = []
         room = config.queue_max_records
         for queue in self._scheduler.queues.values():
-            queue.paused = queue.count >= half_records or queue.nbytes >= half_bytes
+            queue.paused = self._held(queue)
             if not queue.paused:
                 wanted.append(TopicPartition(*queue.tp))
                 room = min(room, config.queue_max_records - queue.count)
@@ -312,22 +313,19 @@ class Engine:
         self._work.set()
         self._work = anyio.Event()
 
+    def _held(self, queue: PartitionQueue[Any]) -> bool:
+        return queue.count >= self._hold_records or queue.nbytes >= self._hold_bytes
+
     def _note_room(self, dispatch: Dispatch[Any]) -> None:
         """Restart the fetch loop's pull if this dispatch made room in a held queue."""
-        config = self._config
         # A shadow's queue is filled by its own reader, which waits for room itself.
         for piece in () if dispatch.replay else dispatch.slices:
             queue = self._scheduler.queues.get(piece.tp)
-            if (
-                queue is not None
-                and queue.paused
-                and queue.count < max(1, config.queue_max_records // 2)
-                and queue.nbytes < max(1, config.queue_max_bytes // 2)
-            ):
+            if queue is not None and queue.paused and not self._held(queue):
                 self._pull.cancel()
                 self._room.set()
                 return
-        if self._scheduler.buffered_bytes < config.max_buffered_bytes:
+        if self._scheduler.buffered_bytes < self._config.max_buffered_bytes:
             self._room.set()
 
     # --- handling -------------------------------------------------------------------
