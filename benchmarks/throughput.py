@@ -53,6 +53,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from _common import add_bootstrap_option, cluster, raw_aiokafka_loop
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -118,7 +119,7 @@ class WarningCounter(logging.Handler):
 # --- the ways ------------------------------------------------------------------------
 
 
-async def raw_aiokafka(run: Run) -> None:
+async def raw_aiokafka(run: Run, *, bounded: bool = False) -> None:
     tally = run.tally
 
     async def handle(record: ConsumerRecord[bytes, bytes]) -> None:
@@ -130,22 +131,7 @@ async def raw_aiokafka(run: Run) -> None:
         group_id=run.group_id,
         handle=handle,
         until=tally.done,
-    )
-
-
-async def raw_aiokafka_bounded(run: Run) -> None:
-    tally = run.tally
-
-    async def handle(record: ConsumerRecord[bytes, bytes]) -> None:
-        tally.add(1)
-
-    await raw_aiokafka_loop(
-        bootstrap=run.bootstrap,
-        topic=run.topic,
-        group_id=run.group_id,
-        handle=handle,
-        until=tally.done,
-        max_records=run.max_batch,
+        max_records=run.max_batch if bounded else None,
     )
 
 
@@ -208,7 +194,9 @@ async def faststream_batch(run: Run) -> None:
 WAYS = {
     "raw": Way(name="raw aiokafka", consume=raw_aiokafka, commits="after every batch"),
     "raw-bounded": Way(
-        name="raw aiokafka, max_records", consume=raw_aiokafka_bounded, commits="after every batch"
+        name="raw aiokafka, max_records",
+        consume=partial(raw_aiokafka, bounded=True),
+        commits="after every batch",
     ),
     "fairstream": Way(
         name="fairstream", consume=fairstream_records, commits="every 1 s and on stop"
