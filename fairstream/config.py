@@ -132,19 +132,25 @@ class SchedulerConfig:
     """KIP-387 fair scheduling and backpressure bounds.
 
     ``partition_quota`` is how many records one partition may contribute to a
-    dispatch before the scheduler moves on to the next partition. A partition's
-    queue holds at most ``queue_max_records`` (so a dispatch holds no more of one
-    partition) and about ``queue_max_bytes``; records are pulled from aiokafka
-    only into queues below half of both. ``max_buffered_bytes`` bounds all queues
-    together. Small queues keep records young: they are decoded just ahead of
-    their handler, which spares the garbage collector a large heap.
+    dispatch before the scheduler moves on to the next partition. Records are
+    pulled from aiokafka only into partition queues below ``queue_target_records``
+    and ``queue_target_bytes``, and one pull brings at most what is left under
+    ``max_buffered_records``, the records decoded ahead of the handlers in all
+    queues together (``max_buffered_bytes`` bounds their size too).
+
+    Small buffers are fast: records are decoded just ahead of their handler and
+    die young, so the garbage collector never promotes and rescans them (raising
+    ``max_buffered_records`` from 2,000 to 4,000 doubles its work, see
+    ``benchmarks/RESULTS.md``). A dispatch holds only buffered records, so keep
+    ``max_batch`` at or below ``max_buffered_records``.
     """
 
     partition_quota: int = 100
     max_batch: int = 1_000
     concurrency: int = 1
-    queue_max_records: int = 4_000
-    queue_max_bytes: int = 16 * 1024 * 1024
+    queue_target_records: int = 200
+    queue_target_bytes: int = 8 * 1024 * 1024
+    max_buffered_records: int = 2_000
     max_buffered_bytes: int = 256 * 1024 * 1024
     commit_interval: float = 1.0
     revoke_timeout: float = 10.0
@@ -155,14 +161,26 @@ class SchedulerConfig:
             "partition_quota",
             "max_batch",
             "concurrency",
-            "queue_max_records",
-            "queue_max_bytes",
+            "queue_target_records",
+            "queue_target_bytes",
+            "max_buffered_records",
             "max_buffered_bytes",
             "commit_interval",
         ):
             _positive(name, getattr(self, name))
         _positive("revoke_timeout", self.revoke_timeout, allow_zero=True)
         _positive("shutdown_timeout", self.shutdown_timeout, allow_zero=True)
+        self.check_batch("max_batch", self.max_batch)
+
+    def check_batch(self, name: str, max_batch: int) -> None:
+        """A dispatch holds only buffered records, so a larger batch could never fill."""
+        if max_batch > self.max_buffered_records:
+            raise ConfigError(
+                name,
+                max_batch,
+                f"exceeds max_buffered_records={self.max_buffered_records}",
+                "raise SchedulerConfig(max_buffered_records=...) to at least max_batch",
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -184,6 +184,7 @@ class App:
         limit = max_batch if max_batch is not None else self.scheduler_config.max_batch
         if limit <= 0:
             raise ConfigError("max_batch", limit, "must be > 0")
+        self.scheduler_config.check_batch("max_batch", limit)
         threshold = (
             parallel_rebalance_threshold
             if parallel_rebalance_threshold is not None

@@ -2,8 +2,8 @@
 
 Tasks, all in one anyio task group owned by :meth:`Engine.run`:
 
-- the fetch loop pulls records from aiokafka into each partition's bounded queue,
-  only for queues below half full and never more than the fullest one has room
+- the fetch loop pulls records from aiokafka into per-partition queues, only for
+  queues below their target and never more than the buffer as a whole has room
   for; aiokafka keeps the rest of what it fetched, undecoded, until it is pulled;
 - ``concurrency`` workers take dispatches from the fair scheduler and run them;
 - the commit loop commits handled watermarks every ``commit_interval``;
@@ -121,7 +121,7 @@ class Engine:
                 offsets=self._offsets,
                 wake=self._wake,
                 fail=self._fail,
-                queue_max_records=scheduler.queue_max_records,
+                queue_target_records=scheduler.queue_target_records,
                 handoff=shadow_handoff,
                 handoff_threshold=shadow_handoff_threshold,
             )
@@ -134,9 +134,6 @@ class Engine:
         self._work = anyio.Event()
         self._room = anyio.Event()
         self._pull = anyio.CancelScope()
-        # A queue at half its bounds or more is held: not pulled into until drained below.
-        self._hold_records = max(1, scheduler.queue_max_records // 2)
-        self._hold_bytes = max(1, scheduler.queue_max_bytes // 2)
         self._stop = anyio.Event()
         self.joined = anyio.Event()
         self._stopping = False
@@ -263,21 +260,22 @@ class Engine:
     def _wanted(self) -> tuple[list[TopicPartition], int]:
         """The partitions to pull now, and how many records one pull may bring.
 
-        A queue at half its bounds or more is *held* (``paused`` in the stats) until
-        the scheduler drains it below. The pull is capped by the smallest room among
-        the others, so no queue passes ``queue_max_records``; and a backlog partition
-        that aiokafka lists first cannot take every pull, since it is held once full.
+        A queue at its target or above is *held* (``paused`` in the stats) until the
+        scheduler drains it below, so a backlog partition that aiokafka lists first
+        cannot take every pull. A pull brings at most what is left under
+        ``max_buffered_records``: aiokafka fills it from one partition after another,
+        so one big pull into a single queue costs less than many small ones.
         """
         config = self._config
-        if self._scheduler.buffered_bytes >= config.max_buffered_bytes:
-            return [], 0
+        scheduler = self._scheduler
         wanted = []
-        room = config.queue_max_records
-        for queue in self._scheduler.queues.values():
+        for queue in scheduler.queues.values():
             queue.paused = self._held(queue)
             if not queue.paused:
                 wanted.append(TopicPartition(*queue.tp))
-                room = min(room, config.queue_max_records - queue.count)
+        room = config.max_buffered_records - scheduler.buffered
+        if room <= 0 or scheduler.buffered_bytes >= config.max_buffered_bytes:
+            return [], 0
         return wanted, room
 
     async def _rebuild_consumer(self, reason: str) -> bool:
@@ -314,7 +312,18 @@ class Engine:
         self._work = anyio.Event()
 
     def _held(self, queue: PartitionQueue[Any]) -> bool:
-        return queue.count >= self._hold_records or queue.nbytes >= self._hold_bytes
+        config = self._config
+        return (
+            queue.count >= config.queue_target_records or queue.nbytes >= config.queue_target_bytes
+        )
+
+    def _has_room(self) -> bool:
+        scheduler = self._scheduler
+        config = self._config
+        return (
+            scheduler.buffered < config.max_buffered_records
+            and scheduler.buffered_bytes < config.max_buffered_bytes
+        )
 
     def _note_room(self, dispatch: Dispatch[Any]) -> None:
         """Restart the fetch loop's pull if this dispatch made room in a held queue."""
@@ -325,7 +334,7 @@ class Engine:
                 self._pull.cancel()
                 self._room.set()
                 return
-        if self._scheduler.buffered_bytes < self._config.max_buffered_bytes:
+        if self._has_room():
             self._room.set()
 
     # --- handling -------------------------------------------------------------------

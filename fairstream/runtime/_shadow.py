@@ -155,7 +155,7 @@ class ShadowTasks:
         offsets: OffsetTracker,
         wake: Callable[[], None],
         fail: Callable[[FairstreamError], None],
-        queue_max_records: int,
+        queue_target_records: int,
         handoff: ShadowHandoff | None,
         handoff_threshold: int,
     ) -> None:
@@ -164,7 +164,7 @@ class ShadowTasks:
         self._offsets = offsets
         self._wake = wake
         self._fail = fail
-        self._queue_max = queue_max_records
+        self._queue_target = queue_target_records
         self._handoff = handoff
         self._handoff_threshold = handoff_threshold
         self._running: dict[TP, _Running] = {}
@@ -260,7 +260,7 @@ class ShadowTasks:
             if records:
                 self._scheduler.push(tp, records, record_bytes(records), replay=True)
                 self._wake()
-            while queue.count >= self._queue_max:
+            while queue.count >= self._queue_target:
                 await self._changed.wait()
         # Records past the last one read (control batches, compaction) never come:
         # the range is done when the queue is empty and nothing of it is in flight.
