@@ -34,7 +34,8 @@ from fairstream.config import ConsumerConfig, SecurityConfig
 from fairstream.errors import BrokerError, ConfigError
 from fairstream.runtime._admin import high_watermarks
 from fairstream.runtime._assignors import PlanningAssignor
-from fairstream.runtime._record import Headers
+from fairstream.runtime._fetch import build_records_directly
+from fairstream.runtime._record import Headers, Record, as_records
 from fairstream.runtime._scheduler import TP
 from fairstream.runtime._subscriber import Subscriber
 
@@ -53,7 +54,11 @@ log = structlog.get_logger(__name__)
 
 
 class ConsumerPort(Protocol):
-    """The part of aiokafka's consumer API the engine uses."""
+    """The part of aiokafka's consumer API the engine uses.
+
+    ``getmany`` returns aiokafka's records, or undecoded Records where
+    they are built directly (``_fetch``); the engine copies the former.
+    """
 
     async def getmany(
         self, *partitions: Any, timeout_ms: int = ..., max_records: int | None = ...
@@ -101,8 +106,10 @@ class ShadowReader(Protocol):
     """A group-less reader of one partition, for a KIP-333 shadow task."""
 
     def seek(self, offset: int) -> None: ...
-    async def read(self, end: int) -> list[Any] | None:
+    async def read(self, end: int) -> list[Record[bytes]] | None:
         """The next records below ``end`` (maybe none yet); ``None`` once it reached ``end``.
+
+        Undecoded, and marked ``replay``.
 
         :raises BrokerError: reading failed (``retriable`` says whether to try again).
         """
@@ -145,12 +152,13 @@ def consumer_broken(exc: KafkaError) -> bool:
     return type(exc) is KafkaError
 
 
-_value_size = attrgetter("serialized_value_size")
+_raw_value = attrgetter("raw")
 
 
-def record_bytes(records: Sequence[Any]) -> int:
+def record_bytes(records: Sequence[Record[bytes]]) -> int:
     """Queue bytes charged for fetched records: their values plus a fixed overhead each."""
-    values: int = sum(map(_value_size, records))  # in C: this runs once per fetched record
+    # In C, as it runs once per fetched record; filter(None) skips tombstones.
+    values: int = sum(map(len, filter(None, map(_raw_value, records))))
     return values + 64 * len(records)
 
 
@@ -258,6 +266,7 @@ class AIOKafkaClients:
         """Connect, check the topics exist, create missing dead-letter topics, subscribe."""
         await self._start(self._producer, "producer")
         await self._start(self._consumer, "consumer")
+        build_records_directly(self._consumer)
         existing = await self._consumer.topics()
         missing = sorted(set(topics) - existing)
         if missing:
@@ -283,6 +292,7 @@ class AIOKafkaClients:
         fresh = self._group_consumer()
         try:
             await self._start(fresh, "consumer")
+            build_records_directly(fresh)
         except BrokerError:
             with anyio.CancelScope(shield=True):
                 await _stop_quietly(fresh.stop)
@@ -346,7 +356,7 @@ class AIOKafkaClients:
             # The copy plus our headers is over the size limit. Dead-letter the facts
             # without the value rather than stop the partition: the headers say where
             # the original still is (until retention removes it).
-            size = raw.serialized_value_size
+            size = len(raw.value)
             log.warning(
                 "dead_letter_value_dropped",
                 topic=raw.topic,
@@ -437,6 +447,7 @@ class AIOKafkaClients:
         except KafkaError as exc:
             raise _read_error(self, f"{tp[0]}[{tp[1]}] for the shadow", exc) from exc
         try:
+            build_records_directly(consumer, replay=True)
             consumer.assign([TopicPartition(*tp)])
             yield _AIOKafkaShadowReader(consumer, TopicPartition(*tp), self)
         finally:
@@ -494,7 +505,7 @@ class _AIOKafkaShadowReader:
     def seek(self, offset: int) -> None:
         self._consumer.seek(self._tp, offset)
 
-    async def read(self, end: int) -> list[Any] | None:
+    async def read(self, end: int) -> list[Record[bytes]] | None:
         tp = self._tp
         try:
             if await self._consumer.position(tp) >= end:
@@ -505,4 +516,4 @@ class _AIOKafkaShadowReader:
         except KafkaError as exc:
             what = f"{tp.topic}[{tp.partition}] for the shadow"
             raise _read_error(self._clients, what, exc) from exc
-        return [r for r in batches.get(tp, ()) if r.offset < end]
+        return [r for r in as_records(batches.get(tp, []), replay=True) if r.offset < end]

@@ -40,6 +40,7 @@ from fairstream.runtime._clients import (
     record_bytes,
 )
 from fairstream.runtime._offsets import OffsetTracker
+from fairstream.runtime._record import Record, as_records
 from fairstream.runtime._scheduler import TP, Dispatch, FairScheduler, PartitionQueue
 from fairstream.runtime._shadow import CatchUp, ShadowHandoff, ShadowTasks, plan_catch_up
 from fairstream.runtime._stats import AppStats, StatsRecorder
@@ -105,7 +106,7 @@ class Engine:
         self._ack = ack
         self._reset: OffsetReset = auto_offset_reset
         # KIP-333: a shadow may hold half the handler slots (at least one), never all.
-        self._scheduler: FairScheduler[Any] = FairScheduler(
+        self._scheduler: FairScheduler[Record[bytes]] = FairScheduler(
             quota=scheduler.partition_quota, shadow_limit=max(1, scheduler.concurrency // 2)
         )
         self._offsets = OffsetTracker()
@@ -239,9 +240,10 @@ class Engine:
                 if not await self._fetch_failed(failure):
                     return
                 continue
-            for tp, records in batches.items():
+            for tp, fetched in batches.items():
                 key = (tp.topic, tp.partition)
-                if key in scheduler.queues and records:
+                if key in scheduler.queues and fetched:
+                    records = as_records(fetched)
                     scheduler.push(key, records, record_bytes(records))
             if batches:
                 self._wake()
@@ -311,7 +313,7 @@ class Engine:
         self._work.set()
         self._work = anyio.Event()
 
-    def _held(self, queue: PartitionQueue[Any]) -> bool:
+    def _held(self, queue: PartitionQueue[Record[bytes]]) -> bool:
         config = self._config
         return (
             queue.count >= config.queue_target_records or queue.nbytes >= config.queue_target_bytes
@@ -325,7 +327,7 @@ class Engine:
             and scheduler.buffered_bytes < config.max_buffered_bytes
         )
 
-    def _note_room(self, dispatch: Dispatch[Any]) -> None:
+    def _note_room(self, dispatch: Dispatch[Record[bytes]]) -> None:
         """Restart the fetch loop's pull if this dispatch made room in a held queue."""
         # A shadow's queue is filled by its own reader, which waits for room itself.
         for piece in () if dispatch.replay else dispatch.slices:
@@ -354,7 +356,7 @@ class Engine:
             # the fetcher (and an in-process producer) must run between dispatches.
             await anyio.lowlevel.checkpoint()
 
-    async def _run_dispatch(self, dispatch: Dispatch[Any]) -> None:
+    async def _run_dispatch(self, dispatch: Dispatch[Record[bytes]]) -> None:
         subscriber = self._subscribers[dispatch.lane]
         running = _InFlight(anyio.CancelScope())
         keys = [(piece.tp, dispatch.replay) for piece in dispatch.slices]

@@ -1,4 +1,4 @@
-"""The record a handler receives.
+"""The record a handler receives, and how fetched records become one.
 
 A NamedTuple rather than a dataclass: it is immutable and typed like one, but
 building it costs a third as much, and one is built for every record consumed.
@@ -6,9 +6,9 @@ building it costs a third as much, and one is built for every record consumed.
 
 from __future__ import annotations
 
-from typing import Generic, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
-__all__ = ["Headers", "Record"]
+__all__ = ["Headers", "Record", "as_records", "record_from", "with_value"]
 
 T = TypeVar("T")
 
@@ -31,3 +31,62 @@ class Record(NamedTuple, Generic[T]):
     timestamp: int
     raw: bytes | None = None
     replay: bool = False
+
+
+# Record(...) runs NamedTuple's generated __new__ (keyword handling, defaults);
+# tuple.__new__ with the fields in order builds the same record for a third less.
+_new_record = tuple.__new__
+
+
+def record_from(replay: bool, where: Any, fetched: Any) -> Record[bytes]:
+    """The undecoded Record of ``fetched``, from partition ``where``.
+
+    ``fetched`` is aiokafka's ``ConsumerRecord`` or its wire record; ``where`` has
+    ``topic`` and ``partition`` (a ``TopicPartition``, or the ``ConsumerRecord``).
+    The argument order suits ``partial(record_from, replay)`` as aiokafka's builder.
+    """
+    value = fetched.value
+    return _new_record(
+        Record,
+        (
+            where.topic,
+            where.partition,
+            fetched.offset,
+            fetched.key,
+            value,
+            tuple(fetched.headers),
+            fetched.timestamp,
+            value,
+            replay,
+        ),
+    )
+
+
+def as_records(fetched: list[Any], *, replay: bool = False) -> list[Record[bytes]]:
+    """``fetched`` as undecoded Records: as it is if it holds Records already.
+
+    A batch is all Records when aiokafka built them (``_fetch``), or all aiokafka
+    ``ConsumerRecord``s (a buffer aiokafka built without us, the in-memory broker),
+    which are copied here.
+    """
+    if not fetched or type(fetched[0]) is Record:
+        return fetched
+    return [record_from(replay, r, r) for r in fetched]
+
+
+def with_value(record: Record[bytes], value: T) -> Record[T]:
+    """``record`` with its value decoded (``raw`` keeps the bytes)."""
+    return _new_record(
+        Record,
+        (
+            record.topic,
+            record.partition,
+            record.offset,
+            record.key,
+            value,
+            record.headers,
+            record.timestamp,
+            record.raw,
+            record.replay,
+        ),
+    )

@@ -1,9 +1,10 @@
 """Running one dispatch through its subscriber's handler.
 
-This is the per-record hot path, so the loop body does the least it can: build
-the record, decode, set one context variable, await the handler. Retries, dead
-letters and logging happen only on the failure branch. Offsets advance once per
-slice, after the records it holds were handled or dead-lettered: the live
+This is the per-record hot path. Queued records are already Records
+(built as they were fetched), so a subscriber that takes bytes gets them as they
+are: the loop only sets the log context slot and awaits the handler. Retries,
+dead letters and logging happen only on the failure branch. Offsets advance once
+per slice, after the records it holds were handled or dead-lettered: the live
 watermark for live records, the shadow's progress for replayed ones.
 """
 
@@ -19,7 +20,7 @@ from fairstream.errors import HandlerError
 from fairstream.logs import RecordSlot, current_record
 from fairstream.runtime._decode import DecodeError, passthrough
 from fairstream.runtime._offsets import OffsetTracker
-from fairstream.runtime._record import Record
+from fairstream.runtime._record import Record, with_value
 from fairstream.runtime._retry import call_with_retry
 from fairstream.runtime._scheduler import TP, Dispatch, Slice
 from fairstream.runtime._stats import StatsRecorder
@@ -29,11 +30,7 @@ __all__ = ["DeadLetterSink", "DispatchRunner"]
 
 log = structlog.get_logger(__name__)
 
-# Record(...) runs NamedTuple's generated __new__ (keyword handling, defaults);
-# tuple.__new__ with the fields in order builds the same record for a third less.
-_new_record = tuple.__new__
-
-DeadLetterSink = Callable[[Subscriber, Any, BaseException, int], Awaitable[None]]
+DeadLetterSink = Callable[[Subscriber, Record[bytes], BaseException, int], Awaitable[None]]
 
 
 class DispatchRunner:
@@ -46,7 +43,7 @@ class DispatchRunner:
         self._dead_letter = dead_letter
         self._stats = stats
 
-    async def run(self, subscriber: Subscriber, dispatch: Dispatch[Any]) -> None:
+    async def run(self, subscriber: Subscriber, dispatch: Dispatch[Record[bytes]]) -> None:
         replay = dispatch.replay
         if subscriber.batch:
             await self._run_batch(subscriber, dispatch, replay)
@@ -60,95 +57,69 @@ class DispatchRunner:
         else:
             self._offsets.advance(tp, next_offset)
 
-    async def _run_slice(self, subscriber: Subscriber, piece: Slice[Any], replay: bool) -> None:
-        # The per-record loop: locals only, no call or attribute read that is not
-        # needed (the bytes decoder is skipped, topic and partition come from the
-        # slice, the record is built with tuple.__new__, the log context is a slot
-        # set once per slice). benchmarks/throughput.py measures it.
+    async def _run_slice(
+        self, subscriber: Subscriber, piece: Slice[Record[bytes]], replay: bool
+    ) -> None:
+        # benchmarks/throughput.py measures this loop: no call or attribute read in
+        # it that is not needed, the log context is a slot set once per slice.
         handler = subscriber.handler
         decode = subscriber.decoder
-        decoding = decode is not passthrough
-        topic, partition = piece.tp
         slot = RecordSlot()
         token = current_record.set(slot)
         records = piece.records
         started = time.perf_counter()
-        last = None
+        finished = False
         try:
-            for raw in records:
-                data = value = raw.value
-                if decoding:
+            if decode is passthrough:
+                for record in records:
+                    slot.record = record
                     try:
-                        value = decode(data)
+                        await handler(record)
+                    except Exception as exc:
+                        await self._retry(subscriber, record, record, exc)
+            else:
+                for queued in records:
+                    slot.record = queued
+                    try:
+                        decoded = with_value(queued, decode(queued.raw))
                     except DecodeError as exc:
-                        await self._give_up(subscriber, raw, exc, 0)
-                        last = raw
+                        await self._give_up(subscriber, queued, exc, 0)
                         continue
-                record = _new_record(
-                    Record,
-                    (
-                        topic,
-                        partition,
-                        raw.offset,
-                        raw.key,
-                        value,
-                        raw.headers,
-                        raw.timestamp,
-                        data,
-                        replay,
-                    ),
-                )
-                slot.record = record
-                try:
-                    await handler(record)
-                except Exception as exc:
-                    error, attempts = await call_with_retry(handler, record, subscriber.retry, exc)
-                    if error is not None:
-                        await self._give_up(subscriber, raw, error, attempts)
-                last = raw
+                    try:
+                        await handler(decoded)
+                    except Exception as exc:
+                        await self._retry(subscriber, decoded, queued, exc)
+            finished = True
         finally:
             current_record.reset(token)
-            if last is not None:
-                done = last.offset + 1
-                self._advance(piece.tp, done, replay)
-                handled = len(records)
-                if last is not records[-1]:
-                    handled = sum(1 for r in records if r.offset < done)
-                self._stats.handled(piece.tp, handled, time.perf_counter() - started)
+            progress = _progress(records, finished, slot.record)
+            if progress is not None:
+                self._advance(piece.tp, progress[0], replay)
+                self._stats.handled(piece.tp, progress[1], time.perf_counter() - started)
+
+    async def _retry(
+        self, subscriber: Subscriber, handled: Any, queued: Record[bytes], exc: Exception
+    ) -> None:
+        """``handled`` (a record or a batch) raised ``exc``: retry, then give ``queued`` up."""
+        error, attempts = await call_with_retry(subscriber.handler, handled, subscriber.retry, exc)
+        if error is not None:
+            await self._give_up(subscriber, queued, error, attempts)
 
     async def _run_batch(
-        self, subscriber: Subscriber, dispatch: Dispatch[Any], replay: bool
+        self, subscriber: Subscriber, dispatch: Dispatch[Record[bytes]], replay: bool
     ) -> None:
         decode = subscriber.decoder
-        decoding = decode is not passthrough
         started = time.perf_counter()
         batch: list[Record[Any]] = []
         for piece in dispatch.slices:
-            topic, partition = piece.tp
-            for raw in piece.records:
-                data = value = raw.value
-                if decoding:
-                    try:
-                        value = decode(data)
-                    except DecodeError as exc:
-                        await self._give_up(subscriber, raw, exc, 0)
-                        continue
-                batch.append(
-                    _new_record(
-                        Record,
-                        (
-                            topic,
-                            partition,
-                            raw.offset,
-                            raw.key,
-                            value,
-                            raw.headers,
-                            raw.timestamp,
-                            data,
-                            replay,
-                        ),
-                    )
-                )
+            if decode is passthrough:
+                batch += piece.records
+                continue
+            for queued in piece.records:
+                try:
+                    batch.append(with_value(queued, decode(queued.raw)))
+                except DecodeError as exc:
+                    await self._give_up(subscriber, queued, exc, 0)
         if batch:
             try:
                 await subscriber.handler(batch)
@@ -167,7 +138,7 @@ class DispatchRunner:
     async def _give_up_batch(
         self,
         subscriber: Subscriber,
-        dispatch: Dispatch[Any],
+        dispatch: Dispatch[Record[bytes]],
         batch: list[Record[Any]],
         error: BaseException,
         attempts: int,
@@ -180,7 +151,7 @@ class DispatchRunner:
                     await self._give_up(subscriber, raw, error, attempts)
 
     async def _give_up(
-        self, subscriber: Subscriber, raw: Any, error: BaseException, attempts: int
+        self, subscriber: Subscriber, raw: Record[bytes], error: BaseException, attempts: int
     ) -> None:
         """The record failed for good: apply the subscriber's dead-letter policy."""
         policy = subscriber.dead_letter.on_error
@@ -202,3 +173,19 @@ class DispatchRunner:
         else:
             self._stats.dead_lettered((raw.topic, raw.partition))
             log.error("record_skipped", **where, attempts=attempts, error=reason)
+
+
+def _progress(
+    records: list[Record[bytes]], finished: bool, in_hand: Record[bytes] | None
+) -> tuple[int, int] | None:
+    """The next offset to commit after a slice, and how many of its records were handled.
+
+    A slice cut short (cancelled, or a record failed under the ``stop`` policy) has
+    its records before the one in hand done, and that one not.
+    """
+    if finished:
+        return records[-1].offset + 1, len(records)
+    if in_hand is None:
+        return None
+    done = in_hand.offset
+    return done, sum(1 for r in records if r.offset < done)
