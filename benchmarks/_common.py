@@ -10,7 +10,9 @@ import argparse
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Literal
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord
@@ -36,6 +38,12 @@ def add_bootstrap_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+Commits = Literal["batch", "interval", "auto"]
+"""How the raw loop commits: after every batch; after handling, at most once a second;
+or aiokafka's auto-commit (its default), which commits what ``getmany`` returned on a
+timer, so a crash can lose records that were returned but not yet handled."""
+
+
 async def raw_aiokafka_loop(
     *,
     bootstrap: str,
@@ -44,8 +52,9 @@ async def raw_aiokafka_loop(
     handle: Callable[[ConsumerRecord[bytes, bytes]], Awaitable[None]],
     until: asyncio.Event,
     max_records: int | None = None,
+    commits: Commits = "batch",
 ) -> None:
-    """What a user writes without a framework: getmany, a handler per record, commit per batch.
+    """What a user writes without a framework: getmany and a handler per record.
 
     ``max_records`` bounds each ``getmany`` (aiokafka's own option; unbounded by default).
     """
@@ -53,17 +62,23 @@ async def raw_aiokafka_loop(
         topic,
         bootstrap_servers=bootstrap,
         group_id=group_id,
-        enable_auto_commit=False,
+        enable_auto_commit=commits == "auto",
         auto_offset_reset="earliest",
     )
     await consumer.start()
+    committed_at = time.monotonic()
     try:
         while not until.is_set():
             batches = await consumer.getmany(timeout_ms=200, max_records=max_records)
             for records in batches.values():
                 for record in records:
                     await handle(record)
-            if batches:
+            if not batches or commits == "auto":
+                continue
+            if commits == "batch" or time.monotonic() - committed_at >= 1.0:
                 await consumer.commit()
+                committed_at = time.monotonic()
+        if commits == "interval":
+            await consumer.commit()
     finally:
         await consumer.stop()
