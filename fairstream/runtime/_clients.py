@@ -16,7 +16,6 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from operator import attrgetter
 from typing import Any, Protocol, runtime_checkable
 
 import anyio
@@ -152,14 +151,19 @@ def consumer_broken(exc: KafkaError) -> bool:
     return type(exc) is KafkaError
 
 
-_raw_value = attrgetter("raw")
+_SAMPLED = 8
 
 
 def record_bytes(records: Sequence[Record[bytes]]) -> int:
-    """Queue bytes charged for fetched records: their values plus a fixed overhead each."""
-    # In C, as it runs once per fetched record; filter(None) skips tombstones.
-    values: int = sum(map(len, filter(None, map(_raw_value, records))))
-    return values + 64 * len(records)
+    """Queue bytes charged for fetched records: their values plus a fixed overhead each.
+
+    Estimated from about ``_SAMPLED`` records spread over the batch. The byte bounds are
+    memory guards, and records of one fetch are mostly alike; summing every value
+    cost 2% of the consumer's time. The record bounds are exact.
+    """
+    sample = records[:: len(records) // _SAMPLED or 1]
+    values = sum(len(r.raw) for r in sample if r.raw is not None)
+    return len(records) * (values // len(sample) + 64) if sample else 0
 
 
 def _read_error(clients: AIOKafkaClients, what: str, exc: KafkaError) -> BrokerError:

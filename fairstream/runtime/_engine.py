@@ -133,6 +133,8 @@ class Engine:
                 reason="the Kafka clients cannot read commit metadata or run a shadow",
             )
         self._work = anyio.Event()
+        self._idle_workers = 0
+        self._pulling = False
         self._room = anyio.Event()
         self._pull = anyio.CancelScope()
         self._stop = anyio.Event()
@@ -232,10 +234,13 @@ class Engine:
             failure: KafkaError | None = None
             # A queue that gets room cancels the wait, so its partition is pulled at once.
             with anyio.CancelScope() as self._pull:
+                self._pulling = True
                 try:
                     batches = await consumer.getmany(*wanted, timeout_ms=200, max_records=room)
                 except KafkaError as exc:
                     failure = exc
+                finally:
+                    self._pulling = False
             if failure is not None:
                 if not await self._fetch_failed(failure):
                     return
@@ -310,8 +315,10 @@ class Engine:
         return False
 
     def _wake(self) -> None:
-        self._work.set()
-        self._work = anyio.Event()
+        # Only a waiting worker needs waking; a busy one looks for work when done.
+        if self._idle_workers:
+            self._work.set()
+            self._work = anyio.Event()
 
     def _held(self, queue: PartitionQueue[Record[bytes]]) -> bool:
         config = self._config
@@ -333,7 +340,8 @@ class Engine:
         for piece in () if dispatch.replay else dispatch.slices:
             queue = self._scheduler.queues.get(piece.tp)
             if queue is not None and queue.paused and not self._held(queue):
-                self._pull.cancel()
+                if self._pulling:  # cancelling costs ~20 us, and the pull may be over
+                    self._pull.cancel()
                 self._room.set()
                 return
         if self._has_room():
@@ -346,7 +354,11 @@ class Engine:
         while not self._stopping:
             dispatch = scheduler.next_dispatch()
             if dispatch is None:
-                await self._work.wait()
+                self._idle_workers += 1
+                try:
+                    await self._work.wait()
+                finally:
+                    self._idle_workers -= 1
                 continue
             self._note_room(dispatch)
             await self._run_dispatch(dispatch)

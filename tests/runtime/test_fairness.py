@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import anyio
+import pytest
 
 from fairstream import Record, SchedulerConfig
 from tests.backends import Backend
@@ -45,16 +46,28 @@ async def test_small_partitions_are_served_while_a_backlog_drains(
     assert order.count(0) == BACKLOG
 
 
+@pytest.mark.parametrize(
+    ("value", "bounds"),
+    [
+        pytest.param(b"v", {"queue_target_records": 50}, id="by-records"),
+        # Only bytes can hold a queue here: ~19 records of 1 kB reach 20 kB.
+        pytest.param(
+            b"v" * 1_000,
+            {"queue_target_records": 10_000, "queue_target_bytes": 20_000},
+            id="by-bytes",
+        ),
+    ],
+)
 async def test_full_queue_pauses_its_partition_and_loses_nothing(
-    backend: Backend, group_id: str
+    backend: Backend, group_id: str, value: bytes, bounds: dict[str, int]
 ) -> None:
     topic = await backend.create_topic(2)
     total = 3_000
-    await backend.produce(topic, [(i % 2, b"v") for i in range(total)])
+    await backend.produce(topic, [(i % 2, value) for i in range(total)])
     app = backend.app(
         group_id=group_id,
         scheduler=SchedulerConfig(
-            queue_target_records=50, max_buffered_records=200, partition_quota=20, max_batch=20
+            **bounds, max_buffered_records=200, partition_quota=20, max_batch=20
         ),
     )
     seen: set[tuple[int, int]] = set()

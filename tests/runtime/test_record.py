@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiokafka.structs import ConsumerRecord
 
 from fairstream import Record
+from fairstream.runtime._clients import record_bytes
 from fairstream.runtime._record import as_records, with_value
 
 
@@ -48,3 +49,14 @@ def test_with_value_decodes_and_keeps_the_bytes() -> None:
     assert decoded.value == {"a": 1}
     assert decoded.raw == b'{"a": 1}'
     assert decoded._replace(value=record.value) == record
+
+
+def test_queue_bytes_are_estimated_from_a_sample_of_the_batch() -> None:
+    alike = as_records([_fetched(i, b"x" * 100) for i in range(1_000)])
+    tombstones = as_records([_fetched(i, None) for i in range(10)])
+    big = as_records([_fetched(i, b"x" * 1_000_000) for i in range(3)])
+
+    assert record_bytes(alike) == 1_000 * (100 + 64)
+    assert record_bytes(tombstones) == 10 * 64
+    assert record_bytes(big) == 3 * (1_000_000 + 64)
+    assert record_bytes([]) == 0
