@@ -136,7 +136,9 @@ class SchedulerConfig:
     pulled from aiokafka only into partition queues below ``queue_target_records``
     and ``queue_target_bytes``, and one pull brings at most what is left under
     ``max_buffered_records``, the records decoded ahead of the handlers in all
-    queues together (``max_buffered_bytes`` bounds their size too).
+    live queues together. A KIP-333 shadow reads into a queue of its own, up to
+    ``queue_target_records`` plus one read, so it never takes the live pulls' room.
+    ``max_buffered_bytes`` bounds the size of all queues, shadows included.
 
     Small buffers are fast: records are decoded just ahead of their handler and
     die young, so the garbage collector never promotes and rescans them (raising

@@ -280,10 +280,9 @@ class Engine:
             queue.paused = self._held(queue)
             if not queue.paused:
                 wanted.append(TopicPartition(*queue.tp))
-        room = config.max_buffered_records - scheduler.buffered
-        if room <= 0 or scheduler.buffered_bytes >= config.max_buffered_bytes:
+        if not self._has_room():
             return [], 0
-        return wanted, room
+        return wanted, config.max_buffered_records - scheduler.live_buffered
 
     async def _rebuild_consumer(self, reason: str) -> bool:
         """Release every partition, then replace the consumer; ``False``: gave up (failed).
@@ -330,7 +329,7 @@ class Engine:
         scheduler = self._scheduler
         config = self._config
         return (
-            scheduler.buffered < config.max_buffered_records
+            scheduler.live_buffered < config.max_buffered_records
             and scheduler.buffered_bytes < config.max_buffered_bytes
         )
 

@@ -131,6 +131,13 @@ class FairScheduler(Generic[R]):
         self._lanes: deque[Lane] = deque()
         self.buffered = 0
         self.buffered_bytes = 0
+        self.replay_buffered = 0
+        """Of ``buffered``, the records in shadow queues."""
+
+    @property
+    def live_buffered(self) -> int:
+        """Records queued for the live lanes: what the fetch loop's pulls add to."""
+        return self.buffered - self.replay_buffered
 
     def _table(self, replay: bool) -> dict[TP, PartitionQueue[R]]:
         return self.shadows if replay else self.queues
@@ -158,6 +165,8 @@ class FairScheduler(Generic[R]):
         queue.push(records, nbytes)
         self.buffered += len(records)
         self.buffered_bytes += nbytes
+        if replay:
+            self.replay_buffered += len(records)
         if not was_ready and not queue.in_flight:
             self._rings[queue.lane, replay].append(queue)
         return queue
@@ -187,6 +196,8 @@ class FairScheduler(Generic[R]):
                 records = queue.take(min(self.quota, room))
                 self.buffered -= len(records)
                 self.buffered_bytes -= bytes_before - queue.nbytes
+                if replay:
+                    self.replay_buffered -= len(records)
                 queue.in_flight = True
                 slices.append(Slice(queue.tp, records))
                 room -= len(records)
@@ -223,6 +234,8 @@ class FairScheduler(Generic[R]):
                 queue.revoked = True
                 self.buffered -= queue.count
                 self.buffered_bytes -= queue.nbytes
+                if queue.replay:
+                    self.replay_buffered -= queue.count
                 queue.clear()
                 ring = self._rings[queue.lane, queue.replay]
                 if queue in ring:

@@ -156,6 +156,25 @@ def test_shadow_and_live_records_of_one_partition_may_be_in_flight_together() ->
     }
 
 
+def test_shadow_records_do_not_count_against_the_live_buffer() -> None:
+    scheduler = _replaying(1)
+    scheduler.push(TP, [100, 101, 102], nbytes=3)
+    scheduler.push(TP, [0, 1], nbytes=2, replay=True)
+    assert (scheduler.buffered, scheduler.live_buffered) == (5, 3)
+
+    first = scheduler.next_dispatch()
+    assert first is not None
+    left = {True: (3, 3), False: (2, 0)}  # after taking the shadow's, or the live ones
+    assert (scheduler.buffered, scheduler.live_buffered) == left[first.replay]
+    assert scheduler.next_dispatch() is not None
+    assert (scheduler.buffered, scheduler.live_buffered) == (0, 0)
+
+    scheduler.push(TP, [103], nbytes=1)
+    scheduler.push(TP, [2, 3], nbytes=2, replay=True)
+    scheduler.revoke([TP], replay=True)
+    assert (scheduler.buffered, scheduler.live_buffered, scheduler.replay_buffered) == (1, 1, 0)
+
+
 @given(
     limit=st.integers(1, 3),
     steps=st.lists(st.sampled_from(["live", "shadow", "dispatch", "release"]), max_size=80),
