@@ -183,9 +183,9 @@ def _progress(
     A slice cut short (cancelled, or a record failed under the ``stop`` policy) has
     its records before the one in hand done, and that one not.
     """
-    if finished:
+    if finished and records:
         return records[-1].offset + 1, len(records)
-    if in_hand is None:
+    if finished or in_hand is None:
         return None
     done = in_hand.offset
     return done, sum(1 for r in records if r.offset < done)
