@@ -1,9 +1,9 @@
 """Records built straight from aiokafka's fetch buffers.
 
 aiokafka turns every fetched record into a ``ConsumerRecord`` dataclass, which
-the engine would then copy into a :class:`Record`: the two together cost more
-than the rest of the consumer (0.6 + 0.2 us of ~2 us a record, measured in
-``benchmarks/RESULTS.md``). aiokafka builds them in one private method,
+the engine would then copy into a :class:`Record`: about 1.1 us a record of the
+~2.5 us the consumer spent in all (0.94 + 0.17 us, ``benchmarks/RESULTS.md``).
+aiokafka builds them in one private method,
 ``PartitionRecords._consumer_record(tp, record)``. :func:`build_records_directly`
 swaps the fetcher's table of fetched buffers for one that points that method of
 each new buffer at :func:`record_from`, so ``getmany()`` returns Records. All the
