@@ -18,6 +18,8 @@ from fairstream.errors import (
     CommitError,
     ConfigError,
     FairstreamError,
+    HandlerAborted,
+    HandlerCancelled,
     HandlerError,
     PlanError,
 )
@@ -39,6 +41,8 @@ __all__ = [
     "DecodeError",
     "Decoder",
     "FairstreamError",
+    "HandlerAborted",
+    "HandlerCancelled",
     "HandlerError",
     "Health",
     "PartitionStats",

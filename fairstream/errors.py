@@ -102,6 +102,40 @@ class HandlerError(FairstreamError):
         )
 
 
+class HandlerAborted(FairstreamError):
+    """A handler raised a ``BaseException`` that is not an error (``KeyboardInterrupt``,
+    ``SystemExit`` or a subclass of the user's own): the app committed what was handled
+    and stopped. ``App`` re-raises ``KeyboardInterrupt`` and ``SystemExit`` themselves,
+    so a process ends the way Python programs do; other kinds arrive as this error.
+    """
+
+    def __init__(self, *, topic: str, partition: int, offset: int, cause: BaseException) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.cause = cause
+        super().__init__(
+            f"handler raised {type(cause).__name__} on {topic}[{partition}]@{offset}; "
+            "the app committed what was handled and stopped. Raise an Exception subclass "
+            "to have the record retried and dead-lettered instead"
+        )
+
+
+class HandlerCancelled(Exception):
+    """A handler raised ``CancelledError`` that fairstream did not cause.
+
+    Typically it awaited a task or future that something else cancelled. Only
+    fairstream's own cancellation (revoke timeout, shutdown) may end a handler quietly;
+    this one is a handler failure like any other: retried, then the dead-letter policy.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the handler raised CancelledError that fairstream did not cause (did it await "
+            "a task that was cancelled?); treated as a handler failure"
+        )
+
+
 class CommitError(FairstreamError):
     """Committing offsets failed; the records will be delivered again."""
 

@@ -24,7 +24,7 @@ from fairstream.config import (
     SecurityConfig,
     from_env,
 )
-from fairstream.errors import ConfigError, FairstreamError
+from fairstream.errors import ConfigError, FairstreamError, HandlerAborted
 from fairstream.runtime._assignors import make_assignor
 from fairstream.runtime._clients import AIOKafkaClients, KafkaClients
 from fairstream.runtime._decode import Decoder, decoder_for
@@ -253,29 +253,31 @@ class App:
     async def run(self) -> None:
         """Consume until SIGINT/SIGTERM or :meth:`stop`; drain, commit, leave, return.
 
+        The first signal stops handing out records and waits for those in hand (up
+        to ``shutdown_timeout``); a second one cancels them. Either way what finished
+        is committed before the app leaves its group.
+
         :raises HandlerError: a handler failed with ``on_error='stop'``.
         :raises BrokerError: the cluster cannot be reached.
         :raises ConfigError: a subscribed topic does not exist.
+        :raises KeyboardInterrupt, SystemExit: a handler raised it (after the commit).
         """
-        engine = self._new_engine()
-        await engine.start()
-        failure: FairstreamError | None = None
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(self._stop_on_signals, engine)
-            try:
-                await engine.serve()
-            except FairstreamError as exc:
-                failure = exc
-            tasks.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
+        async with self:
+            assert self._engine is not None
+            engine = self._engine
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(self._stop_on_signals, engine)
+                await engine.stopped.wait()
+                tasks.cancel_scope.cancel()
 
     @staticmethod
     async def _stop_on_signals(engine: Engine) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            received = 0
             async for signum in signals:
+                received += 1
                 log.info("shutdown_requested", signal=signal.Signals(signum).name)
-                engine.request_stop()
+                engine.request_stop(now=received > 1)
 
     async def wait_ready(self) -> None:
         """Return once the app has joined its group and received its first assignment.
@@ -318,8 +320,15 @@ class App:
         self.stop()
         tasks, self._tasks = self._tasks, None
         suppressed = bool(tasks is not None and await tasks.__aexit__(exc_type, exc, tb))
-        if self._failure is not None:
-            raise self._failure
+        failure = self._failure
+        if isinstance(failure, HandlerAborted) and isinstance(
+            failure.cause, KeyboardInterrupt | SystemExit
+        ):
+            # Raised here, in the caller's task, they end the process as Python's own
+            # would; raised inside a task, asyncio would hang tearing the loop down.
+            raise failure.cause
+        if failure is not None:
+            raise failure
         return suppressed
 
     @asynccontextmanager
@@ -352,12 +361,19 @@ class App:
             topic, _encode(value), key=raw_key, headers=headers, partition=partition
         )
 
-    async def commit(self, record: Record[Any]) -> None:
-        """With ``ack='manual'``: mark ``record`` and all before it in its partition done."""
+    async def commit(self, record: Record[Any]) -> bool:
+        """With ``ack='manual'``: ``record`` and all before it in its partition are done.
+
+        The group's committed offset becomes exactly the highest offset acknowledged
+        so far plus one: records the handler has not acknowledged (buffered, say) are
+        never committed over. Returns ``True`` once the broker has the offset;
+        ``False`` (and a log line) when this member no longer owns the partition (its
+        new owner redelivers what was not committed) or the broker refused the commit
+        for now (the periodic commit retries it).
+        """
         if self._engine is None:
             raise ConfigError("app", self.group_id, "is not running", "commit from a handler")
-        tp = (record.topic, record.partition)
-        await self._engine.commit(offsets={tp: record.offset + 1})
+        return await self._engine.acknowledge((record.topic, record.partition), record.offset + 1)
 
     def stats(self) -> AppStats:
         """Lag, queue depth, rates and latency per owned partition."""

@@ -20,7 +20,7 @@ its partitions are revoked the usual way and a new consumer rejoins the group.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -111,7 +111,9 @@ class Engine:
         )
         self._offsets = OffsetTracker()
         self.stats_recorder = StatsRecorder()
-        self._runner = DispatchRunner(self._offsets, clients.dead_letter, self.stats_recorder)
+        self._runner = DispatchRunner(
+            self._offsets, clients.dead_letter, self.stats_recorder, manual_ack=ack == "manual"
+        )
         self._in_flight: dict[tuple[TP, bool], _InFlight] = {}
         self._shadow_clients = clients if isinstance(clients, ShadowClients) else None
         self._shadows: ShadowTasks | None = None
@@ -139,6 +141,8 @@ class Engine:
         self._pull = anyio.CancelScope()
         self._stop = anyio.Event()
         self.joined = anyio.Event()
+        self.stopped = anyio.Event()
+        """Set once :meth:`serve` has committed, closed the clients and is returning."""
         self._stopping = False
         self._rebuilds = 0
         self._failure: FairstreamError | None = None
@@ -146,11 +150,20 @@ class Engine:
 
     # --- lifecycle ------------------------------------------------------------------
 
-    def request_stop(self) -> None:
-        """Stop taking new work now; :meth:`serve` drains and returns. Idempotent."""
+    def request_stop(self, *, now: bool = False) -> None:
+        """Stop starting records; :meth:`serve` lets those in hand finish, commits, returns.
+
+        With ``now`` (a second SIGTERM, say) the records in hand are cancelled too,
+        and what finished is committed. Idempotent.
+        """
         self._stopping = True
+        self._runner.halted = True
         self._stop.set()
         self._wake()
+        if now:
+            log.warning("shutdown_forced", in_flight=len(self._in_flight))
+            for running in self._in_flight.values():
+                running.scope.cancel()
 
     async def start(self) -> None:
         """Connect, check topics and subscribe; on failure nothing is left open."""
@@ -190,6 +203,7 @@ class Engine:
             with anyio.CancelScope(shield=True):
                 await self._clients.aclose()
             log.info("consumer_stopped", group_id=self.group_id)
+            self.stopped.set()
         if self._failure is not None:
             raise self._failure
 
@@ -202,9 +216,8 @@ class Engine:
             log.warning("shutdown_timeout", reason="in-flight handlers cancelled")
 
     async def _final_commit(self) -> None:
-        if self._ack == "auto":
-            with anyio.move_on_after(self._config.revoke_timeout, shield=True):
-                await self.commit()
+        with anyio.move_on_after(self._config.revoke_timeout, shield=True):
+            await self.commit()
 
     def _fail(self, error: FairstreamError) -> None:
         if self._failure is None:
@@ -390,23 +403,38 @@ class Engine:
     # --- offsets --------------------------------------------------------------------
 
     async def _commit_loop(self) -> None:
+        # With manual acks the watermarks hold only what App.commit acknowledged, so
+        # committing them here just retries acknowledgements the broker refused.
         while True:
             await anyio.sleep(self._config.commit_interval)
             self.stats_recorder.sample()
-            if self._ack == "auto":
-                await self.commit()
+            await self.commit()
 
-    async def commit(
-        self, tps: set[TP] | None = None, offsets: Mapping[TP, int] | None = None
-    ) -> None:
-        """Commit handled watermarks (or explicit ``offsets``); failures are retried later."""
-        if offsets is not None:
-            for tp, offset in offsets.items():
-                self._offsets.advance(tp, offset)
-            tps = set(offsets)
+    async def acknowledge(self, tp: TP, next_offset: int) -> bool:
+        """``ack='manual'``: every record of ``tp`` below ``next_offset`` is done; commit.
+
+        ``False`` when this member does not own ``tp`` (revoked meanwhile: the new
+        owner redelivers the records; logged, nothing committed) or the broker refused
+        the commit for now (logged; the periodic commit retries it).
+        """
+        if tp not in self._offsets.partitions:
+            log.warning(
+                "commit_not_owned",
+                topic=tp[0],
+                partition=tp[1],
+                offset=next_offset - 1,
+                reason="the partition was revoked from this member; its new owner "
+                "redelivers what was not committed",
+            )
+            return False
+        self._offsets.advance(tp, next_offset)
+        return await self.commit({tp})
+
+    async def commit(self, tps: set[TP] | None = None) -> bool:
+        """Commit the watermarks of ``tps`` (all by default); ``False``: retried later."""
         pending = self._offsets.pending(tps)
         if not pending:
-            return
+            return True
         request = {
             TopicPartition(*tp): OffsetAndMetadata(offset, metadata)
             for tp, (offset, metadata) in pending.items()
@@ -417,9 +445,10 @@ class Engine:
             log.warning(
                 "commit_failed", reason=f"{type(exc).__name__}: {exc}", partitions=len(pending)
             )
-            return
+            return False
         self._offsets.committed(pending)
         log.debug("offsets_committed", partitions=len(pending))
+        return True
 
     # --- rebalance ------------------------------------------------------------------
 
@@ -557,8 +586,7 @@ class Engine:
             for running in waiting.values():
                 running.scope.cancel()
                 await running.done.wait()
-        if self._ack == "auto":
-            await self.commit(tps)
+        await self.commit(tps)
         for tp in sorted(tps):
             if open_ranges := self._offsets.shadow(tp):
                 log.info(

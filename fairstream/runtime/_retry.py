@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -9,8 +10,9 @@ import anyio
 import structlog
 
 from fairstream.config import RetryPolicy
+from fairstream.errors import HandlerCancelled
 
-__all__ = ["call_with_retry"]
+__all__ = ["call_with_retry", "stray_cancellation"]
 
 log = structlog.get_logger(__name__)
 
@@ -41,6 +43,22 @@ async def call_with_retry(
             await handler(argument)
         except Exception as exc:
             error = exc
+        except asyncio.CancelledError as exc:
+            error = stray_cancellation(exc)
         else:
             return None, attempt + 1
     return error, policy.attempts
+
+
+def stray_cancellation(exc: asyncio.CancelledError) -> HandlerCancelled:
+    """The error for a ``CancelledError`` a handler raised; re-raises fairstream's own.
+
+    Cancellation that fairstream (or anything around the app) asked for shows as a
+    pending cancel request on the current task, and goes on propagating; a handler
+    that merely awaited something that was cancelled leaves none, and its record must
+    not count as handled.
+    """
+    task = asyncio.current_task()
+    if task is None or task.cancelling():
+        raise exc
+    return HandlerCancelled()

@@ -5,23 +5,31 @@ This is the per-record hot path. Queued records are already Records
 are: the loop only sets the log context slot and awaits the handler. Retries,
 dead letters and logging happen only on the failure branch. Offsets advance once
 per slice, after the records it holds were handled or dead-lettered: the live
-watermark for live records, the shadow's progress for replayed ones.
+watermark for live records (unless acks are manual: then only ``App.commit`` moves
+it), the shadow's progress for replayed ones.
+
+Once :attr:`DispatchRunner.halted` is set (shutdown), no record that has not started
+is handed to a handler; the ones in hand finish. A ``BaseException`` that is not an
+error (``KeyboardInterrupt``, ``SystemExit``) leaves the runner as it is, after the
+offsets of what was handled were advanced; a ``CancelledError`` fairstream did not
+cause is a handler failure (:func:`~fairstream.runtime._retry.stray_cancellation`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 
-from fairstream.errors import HandlerError
+from fairstream.errors import HandlerAborted, HandlerError
 from fairstream.logs import RecordSlot, current_record
 from fairstream.runtime._decode import DecodeError, passthrough
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._record import Record, with_value
-from fairstream.runtime._retry import call_with_retry
+from fairstream.runtime._retry import call_with_retry, stray_cancellation
 from fairstream.runtime._scheduler import TP, Dispatch, Slice
 from fairstream.runtime._stats import StatsRecorder
 from fairstream.runtime._subscriber import Subscriber
@@ -37,11 +45,19 @@ class DispatchRunner:
     """Handles dispatches and moves the offset watermark behind them."""
 
     def __init__(
-        self, offsets: OffsetTracker, dead_letter: DeadLetterSink, stats: StatsRecorder
+        self,
+        offsets: OffsetTracker,
+        dead_letter: DeadLetterSink,
+        stats: StatsRecorder,
+        *,
+        manual_ack: bool = False,
     ) -> None:
         self._offsets = offsets
         self._dead_letter = dead_letter
         self._stats = stats
+        self._manual_ack = manual_ack
+        self.halted = False
+        """Set on shutdown: records not started yet stay unhandled (and uncommitted)."""
 
     async def run(self, subscriber: Subscriber, dispatch: Dispatch[Record[bytes]]) -> None:
         replay = dispatch.replay
@@ -49,12 +65,14 @@ class DispatchRunner:
             await self._run_batch(subscriber, dispatch, replay)
         else:
             for piece in dispatch.slices:
+                if self.halted:
+                    return
                 await self._run_slice(subscriber, piece, replay)
 
     def _advance(self, tp: TP, next_offset: int, replay: bool) -> None:
         if replay:
             self._offsets.advance_shadow(tp, next_offset)
-        else:
+        elif not self._manual_ack:
             self._offsets.advance(tp, next_offset)
 
     async def _run_slice(
@@ -69,17 +87,26 @@ class DispatchRunner:
         records = piece.records
         started = time.perf_counter()
         finished = False
+        # On a halt the slot points at the first record not started: done up to it.
         try:
             if decode is passthrough:
                 for record in records:
                     slot.record = record
+                    if self.halted:
+                        break
                     try:
                         await handler(record)
                     except Exception as exc:
                         await self._retry(subscriber, record, record, exc)
+                    except asyncio.CancelledError as exc:
+                        await self._retry(subscriber, record, record, stray_cancellation(exc))
+                else:
+                    finished = True
             else:
                 for queued in records:
                     slot.record = queued
+                    if self.halted:
+                        break
                     try:
                         decoded = with_value(queued, decode(queued.raw))
                     except DecodeError as exc:
@@ -89,7 +116,14 @@ class DispatchRunner:
                         await handler(decoded)
                     except Exception as exc:
                         await self._retry(subscriber, decoded, queued, exc)
-            finished = True
+                    except asyncio.CancelledError as exc:
+                        await self._retry(subscriber, decoded, queued, stray_cancellation(exc))
+                else:
+                    finished = True
+        except (Exception, asyncio.CancelledError):
+            raise
+        except BaseException as exc:
+            raise _aborted(slot.record, exc) from exc
         finally:
             current_record.reset(token)
             progress = _progress(records, finished, slot.record)
@@ -108,6 +142,8 @@ class DispatchRunner:
     async def _run_batch(
         self, subscriber: Subscriber, dispatch: Dispatch[Record[bytes]], replay: bool
     ) -> None:
+        if self.halted:
+            return
         decode = subscriber.decoder
         started = time.perf_counter()
         batch: list[Record[Any]] = []
@@ -121,11 +157,18 @@ class DispatchRunner:
                 except DecodeError as exc:
                     await self._give_up(subscriber, queued, exc, 0)
         if batch:
+            first: Exception | None = None
             try:
                 await subscriber.handler(batch)
             except Exception as exc:
+                first = exc
+            except asyncio.CancelledError as exc:
+                first = stray_cancellation(exc)
+            except BaseException as exc:
+                raise _aborted(batch[0], exc) from exc
+            if first is not None:
                 error, attempts = await call_with_retry(
-                    subscriber.handler, batch, subscriber.retry, exc
+                    subscriber.handler, batch, subscriber.retry, first
                 )
                 if error is not None:
                     await self._give_up_batch(subscriber, dispatch, batch, error, attempts)
@@ -173,6 +216,22 @@ class DispatchRunner:
         else:
             self._stats.dead_lettered((raw.topic, raw.partition))
             log.error("record_skipped", **where, attempts=attempts, error=reason)
+
+
+def _aborted(record: Record[Any] | None, cause: BaseException) -> HandlerAborted:
+    """Log that ``cause`` ends the app, and the error that carries it out of the task."""
+    topic, partition, offset = (
+        ("?", -1, -1) if record is None else (record.topic, record.partition, record.offset)
+    )
+    log.error(
+        "handler_aborted",
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        error=type(cause).__name__,
+        reason="a handler raised a BaseException; committing what was handled, then stopping",
+    )
+    return HandlerAborted(topic=topic, partition=partition, offset=offset, cause=cause)
 
 
 def _progress(

@@ -131,6 +131,7 @@ async def kill_and_restart(
     kill_after: float = 0.3,
     delay: float = 0.001,
     parallel_rebalance: bool = False,
+    manual_flush: int = 0,
     wait_limit: float = 120,
 ) -> KillRestart:
     """Run ``fairstream run`` as a process, SIGKILL it once ``kill_after`` of the
@@ -158,6 +159,7 @@ async def kill_and_restart(
         "SINK_COMMIT_INTERVAL": "1.0",
         "SINK_DELAY": str(delay),
         "SINK_PARALLEL_REBALANCE": "1" if parallel_rebalance else "0",
+        "SINK_MANUAL_FLUSH": str(manual_flush),
     }
     if static:
         env["FAIRSTREAM_INSTANCE_ID"] = "sink-0"
@@ -178,6 +180,7 @@ async def kill_and_restart(
     seconds = time.monotonic() - started
     sightings = read_sightings(sink_path)
     label = "kill -9 + restart" + (", parallel rebalance" if parallel_rebalance else "")
+    label += f", manual acks per {manual_flush}" if manual_flush else ""
     result = check(label, ids, [s.id for s in sightings], seconds=seconds)
     return KillRestart(
         result=result,

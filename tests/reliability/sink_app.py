@@ -10,7 +10,10 @@ it and start it again:
 - ``SINK_MAX_BATCH``, ``SINK_COMMIT_INTERVAL``, ``SINK_SESSION_TIMEOUT_MS``;
 - ``SINK_ASSIGNOR``, ``SINK_THRESHOLD``, ``SINK_SASL_PASSWORD``: for the bad
   configuration and secrets scenarios;
-- ``SINK_PARALLEL_REBALANCE=1``: KIP-333 parallel rebalance (the soak's variant).
+- ``SINK_PARALLEL_REBALANCE=1``: KIP-333 parallel rebalance (the soak's variant);
+- ``SINK_MANUAL_FLUSH=N``: ``ack="manual"``; the handler buffers each partition's
+  records and writes them to the sink ``N`` at a time, then acknowledges the last
+  one written: the reason users choose manual acks, and what a commit must not pass.
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ def build() -> App:
             username="svc-orders",
             password=env["SINK_SASL_PASSWORD"],
         )
+    flush = int(env.get("SINK_MANUAL_FLUSH", "0"))
     app = App(
         group_id=env.get("SINK_GROUP_ID", "sink"),
+        ack="manual" if flush else "auto",
         assignor=env.get("SINK_ASSIGNOR", "fair"),
         parallel_rebalance=env.get("SINK_PARALLEL_REBALANCE") == "1",
         parallel_rebalance_threshold=int(env.get("SINK_THRESHOLD", "10000")),
@@ -51,6 +56,21 @@ def build() -> App:
     )
     sink = Sink(env.get("SINK_PATH", "sink.log"), env.get("SINK_TAG", str(os.getpid())))
     delay = float(env.get("SINK_DELAY", "0.001"))
+    if flush:
+        buffers: dict[int, list[Record[dict[str, Any]]]] = {}
+
+        @app.subscriber(env.get("SINK_TOPIC", "orders"))
+        async def buffer(record: Record[dict[str, Any]]) -> None:
+            pending = buffers.setdefault(record.partition, [])
+            pending.append(record)
+            await anyio.sleep(delay)
+            if len(pending) >= flush:
+                for done in pending:
+                    sink.write_record(done)
+                await app.commit(pending[-1])
+                pending.clear()
+
+        return app
 
     @app.subscriber(env.get("SINK_TOPIC", "orders"), batch=True)
     async def handle(records: list[Record[dict[str, Any]]]) -> None:

@@ -42,6 +42,30 @@ async def test_sigkilled_consumer_restarts_without_loss(broker: Broker, tmp_path
     assert "Traceback" not in outcome.stderr
 
 
+async def test_sigkill_with_manual_acks_loses_no_buffered_record(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """The handler buffers 50 records a partition before it writes and acknowledges
+    them: a kill finds records handled but not written, and the group's offset must
+    not have passed them (#22: it used to be moved to what the engine had handled)."""
+    outcome = await kill_and_restart(
+        broker.bootstrap,
+        static=_static(broker),
+        records=2_000,
+        partitions=4,
+        workdir=tmp_path,
+        manual_flush=50,
+        delay=0.002,
+        wait_limit=90,
+    )
+    result = outcome.result
+    print(summary(result), outcome.committed_at_kill)
+    assert result.lost == 0, summary(result)
+    # Offsets are only ever committed at flush boundaries, never over a buffer.
+    assert all(offset is None or offset % 50 == 0 for offset in outcome.committed_at_kill.values())
+    assert outcome.exit_code == 0, outcome.stderr[-2000:]
+
+
 async def test_rebalance_storm_while_producing_loses_nothing(
     broker: Broker, tmp_path: Path
 ) -> None:
