@@ -61,6 +61,7 @@ async def test_stray_cancelled_error_in_a_batch_handler_is_a_failure_too(
     app = backend.app(group_id=group_id, retry=FAST_RETRY)
     handled: list[int] = []
     failing: list[int] = []
+    tried = anyio.Event()
     later = anyio.Event()
 
     @app.subscriber(topic, batch=True)
@@ -68,6 +69,7 @@ async def test_stray_cancelled_error_in_a_batch_handler_is_a_failure_too(
         offsets = [r.offset for r in records]
         if 0 in offsets:
             failing[:] = offsets
+            tried.set()
             await _await_a_cancelled_future()
         handled.extend(offsets)
         if 5 in offsets:
@@ -75,7 +77,10 @@ async def test_stray_cancelled_error_in_a_batch_handler_is_a_failure_too(
 
     async with app:
         with anyio.fail_after(30):
-            while not failing or len(await _dead(backend, topic, len(failing))) < len(failing):
+            await tried.wait()
+            for _ in range(300):  # the in-memory kit's reader does not wait
+                if len(await _dead(backend, topic, len(failing))) == len(failing):
+                    break
                 await anyio.sleep(0.1)
             await backend.produce(topic, [(0, b"5")])
             await later.wait()
