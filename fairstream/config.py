@@ -53,11 +53,9 @@ def _mismatch(value: object, hint: object) -> str | None:
         options = typing.get_args(hint)
         if any(_mismatch(value, option) is None for option in options):
             return None
-        return " or ".join(_expected(option) for option in options)
-    if hint is type(None):
-        return None if value is None else "must be None"
+        return "must be " + " or ".join(_expected(option) for option in options)
     if typing.get_origin(hint) is Literal:
-        return None if value in typing.get_args(hint) else _expected(hint)
+        return None if value in typing.get_args(hint) else f"must be {_expected(hint)}"
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return f"must be a number, not {type(value).__name__}"
@@ -65,16 +63,18 @@ def _mismatch(value: object, hint: object) -> str | None:
     if hint is int and isinstance(value, bool):
         return "must be an int, not bool"
     cls = typing.cast(type, typing.get_origin(hint) or hint)
-    return None if isinstance(value, cls) else f"{_expected(cls)}, not {type(value).__name__}"
+    if isinstance(value, cls):
+        return None
+    return f"must be {_expected(cls)}, not {type(value).__name__}"
 
 
 def _expected(hint: object) -> str:
     if typing.get_origin(hint) is Literal:
-        return "must be one of " + ", ".join(repr(v) for v in typing.get_args(hint))
+        return "one of " + ", ".join(repr(v) for v in typing.get_args(hint))
     if hint is type(None):
         return "None"
     name = getattr(hint, "__name__", repr(hint))
-    return f"must be {'an' if name[0] in 'aeiou' else 'a'} {name}"
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
