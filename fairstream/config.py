@@ -7,9 +7,12 @@ raises :class:`~fairstream.errors.ConfigError` naming the bad field, and
 
 from __future__ import annotations
 
+import math
 import os
+import types
+import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from fairstream.errors import ConfigError
@@ -25,6 +28,53 @@ __all__ = [
 
 OffsetReset = Literal["earliest", "latest"]
 OnError = Literal["dead_letter", "skip", "stop"]
+
+
+def _check_types(config: object, prefix: str = "") -> None:
+    """Reject a field whose value does not match its annotation.
+
+    Dataclasses do not check annotations, so ``concurrency=2.5`` or
+    ``commit_interval=float("nan")`` would pass construction and fail later inside the
+    task group, far from the mistake. ints must be ints (a bool is not one), floats
+    finite numbers, and Literal fields one of their values.
+    """
+    hints = typing.get_type_hints(type(config))
+    for name in (f.name for f in fields(config)):  # type: ignore[arg-type]
+        value = getattr(config, name)
+        hint = hints[name]
+        problem = _mismatch(value, hint)
+        if problem:
+            raise ConfigError(prefix + name, value, problem)
+
+
+def _mismatch(value: object, hint: object) -> str | None:
+    """Why ``value`` does not fit ``hint`` (``None`` if it does)."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        options = typing.get_args(hint)
+        if any(_mismatch(value, option) is None for option in options):
+            return None
+        return "must be " + " or ".join(_expected(option) for option in options)
+    if typing.get_origin(hint) is Literal:
+        return None if value in typing.get_args(hint) else f"must be {_expected(hint)}"
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"must be a number, not {type(value).__name__}"
+        return None if math.isfinite(value) else "must be a finite number"
+    if hint is int and isinstance(value, bool):
+        return "must be an int, not bool"
+    cls = typing.cast(type, typing.get_origin(hint) or hint)
+    if isinstance(value, cls):
+        return None
+    return f"must be {_expected(cls)}, not {type(value).__name__}"
+
+
+def _expected(hint: object) -> str:
+    if typing.get_origin(hint) is Literal:
+        return "one of " + ", ".join(repr(v) for v in typing.get_args(hint))
+    if hint is type(None):
+        return "None"
+    name = getattr(hint, "__name__", repr(hint))
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
@@ -47,19 +97,7 @@ class SecurityConfig:
     ssl_cafile: str | None = None
 
     def __post_init__(self) -> None:
-        protocols = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-        if self.protocol not in protocols:
-            raise ConfigError(
-                "security.protocol", self.protocol, "unknown protocol", f"use one of {protocols}"
-            )
-        mechanisms = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-        if self.sasl_mechanism is not None and self.sasl_mechanism not in mechanisms:
-            raise ConfigError(
-                "security.sasl_mechanism",
-                self.sasl_mechanism,
-                "unknown SASL mechanism",
-                f"use one of {mechanisms}",
-            )
+        _check_types(self, "security.")
         if self.ssl_cafile is not None and not os.path.isfile(self.ssl_cafile):
             raise ConfigError(
                 "security.ssl_cafile",
@@ -110,13 +148,7 @@ class ConsumerConfig:
     client_id: str = "fairstream"
 
     def __post_init__(self) -> None:
-        if self.auto_offset_reset not in ("earliest", "latest"):
-            raise ConfigError(
-                "auto_offset_reset",
-                self.auto_offset_reset,
-                "unknown reset policy",
-                "use 'earliest' or 'latest'",
-            )
+        _check_types(self)
         for name in (
             "session_timeout_ms",
             "heartbeat_interval_ms",
@@ -159,6 +191,7 @@ class SchedulerConfig:
     shutdown_timeout: float = 30.0
 
     def __post_init__(self) -> None:
+        _check_types(self)
         for name in (
             "partition_quota",
             "max_batch",
@@ -195,6 +228,7 @@ class RetryPolicy:
     max_backoff: float = 5.0
 
     def __post_init__(self) -> None:
+        _check_types(self, "retry.")
         _positive("retry.attempts", self.attempts)
         _positive("retry.backoff", self.backoff, allow_zero=True)
         if self.multiplier < 1:
@@ -220,10 +254,7 @@ class DeadLetterPolicy:
     topic_suffix: str = ".dlq"
 
     def __post_init__(self) -> None:
-        if self.on_error not in ("dead_letter", "skip", "stop"):
-            raise ConfigError(
-                "on_error", self.on_error, "unknown policy", "use 'dead_letter', 'skip' or 'stop'"
-            )
+        _check_types(self)
         if not self.topic_suffix:
             raise ConfigError("topic_suffix", self.topic_suffix, "must not be empty")
 

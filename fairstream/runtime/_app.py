@@ -172,7 +172,8 @@ class App:
         With ``batch=True`` the handler receives ``list[Record]`` of up to
         ``max_batch`` records from several partitions, each partition's in order.
 
-        :raises ConfigError: for no topics, a topic already subscribed, a sync handler.
+        :raises ConfigError: for no topics, a topic already subscribed, a sync handler, a
+            handler that does not take exactly one record (list), or an unresolvable hint.
         """
         if not topics:
             raise ConfigError("topics", topics, "a subscriber needs at least one topic")

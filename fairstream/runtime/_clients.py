@@ -33,6 +33,7 @@ from fairstream.config import ConsumerConfig, SecurityConfig
 from fairstream.errors import BrokerError, ConfigError
 from fairstream.runtime._admin import high_watermarks
 from fairstream.runtime._assignors import PlanningAssignor
+from fairstream.runtime._dead_letter import dead_letter_copies
 from fairstream.runtime._fetch import build_records_directly
 from fairstream.runtime._record import Headers, Record, as_records
 from fairstream.runtime._scheduler import TP
@@ -45,7 +46,6 @@ __all__ = [
     "ShadowClients",
     "ShadowReader",
     "consumer_broken",
-    "dead_letter_headers",
     "record_bytes",
 ]
 
@@ -172,20 +172,6 @@ def _read_error(clients: AIOKafkaClients, what: str, exc: KafkaError) -> BrokerE
         "check that the cluster is up and the group may be described",
         bootstrap=clients.bootstrap,
         retriable=bool(getattr(exc, "retriable", False)),
-    )
-
-
-def dead_letter_headers(raw: Any, error: BaseException, attempts: int) -> Headers:
-    """The record's own headers plus where it came from and why it failed."""
-    message = str(error)[:1000]
-    return (
-        *tuple(raw.headers),
-        ("fairstream.error.type", type(error).__name__.encode()),
-        ("fairstream.error.message", message.encode("utf-8", "replace")),
-        ("fairstream.source.topic", raw.topic.encode()),
-        ("fairstream.source.partition", str(raw.partition).encode()),
-        ("fairstream.source.offset", str(raw.offset).encode()),
-        ("fairstream.attempts", str(attempts).encode()),
     )
 
 
@@ -349,35 +335,36 @@ class AIOKafkaClients:
     async def dead_letter(
         self, subscriber: Subscriber, raw: Any, error: BaseException, attempts: int
     ) -> None:
-        # Kafka allows a record with neither key nor value, aiokafka's producer does
-        # not: such a record is dead-lettered with an empty key instead.
-        key = b"" if raw.key is None and raw.value is None else raw.key
         topic = subscriber.dead_letter.topic_for(raw.topic)
-        headers = dead_letter_headers(raw, error, attempts)
-        try:
-            await self._producer.send_and_wait(topic, raw.value, key=key, headers=list(headers))
-        except MessageSizeTooLargeError:
-            # The copy plus our headers is over the size limit. Dead-letter the facts
-            # without the value rather than stop the partition: the headers say where
-            # the original still is (until retention removes it).
-            size = len(raw.value)
-            log.warning(
-                "dead_letter_value_dropped",
-                topic=raw.topic,
-                partition=raw.partition,
-                offset=raw.offset,
-                reason="record too large for the dead-letter topic",
-                value_bytes=size,
-            )
-            dropped = (*headers, ("fairstream.value.dropped", str(size).encode()))
-            await self.publish(topic, None, key=key or b"", headers=dropped)
-        except KafkaError as exc:
-            raise BrokerError(
-                f"dead-lettering {raw.topic}[{raw.partition}]@{raw.offset} to {topic!r} failed: "
-                f"{type(exc).__name__}: {exc}; the record stays uncommitted and will be retried",
-                bootstrap=self.bootstrap,
-                retriable=bool(getattr(exc, "retriable", False)),
-            ) from exc
+        copies = dead_letter_copies(raw, error, attempts)
+        for copy in copies:
+            # Kafka allows a record with neither key nor value, aiokafka's producer
+            # does not: such a record is dead-lettered with an empty key instead.
+            key = b"" if copy.key is None and copy.value is None else copy.key
+            try:
+                await self._producer.send_and_wait(
+                    topic, copy.value, key=key, headers=list(copy.headers)
+                )
+            except KafkaError as exc:
+                if isinstance(exc, MessageSizeTooLargeError) and copy is not copies[-1]:
+                    continue  # the next copy drops the largest part left
+                raise BrokerError(
+                    f"dead-lettering {raw.topic}[{raw.partition}]@{raw.offset} to {topic!r} "
+                    f"failed: {type(exc).__name__}: {exc}; the record stays uncommitted and "
+                    "will be retried",
+                    bootstrap=self.bootstrap,
+                    retriable=bool(getattr(exc, "retriable", False)),
+                ) from exc
+            if copy.dropped:
+                log.warning(
+                    "dead_letter_parts_dropped",
+                    topic=raw.topic,
+                    partition=raw.partition,
+                    offset=raw.offset,
+                    reason="record too large for the dead-letter topic",
+                    **{f"{part}_bytes": size for part, size in copy.dropped},
+                )
+            return
 
     # --- parallel rebalance (ShadowClients) -------------------------------------------
 

@@ -7,13 +7,13 @@ an explicit ``decoder=``, so the per-record path does no type inspection.
 
 from __future__ import annotations
 
-import inspect
 import json
 import typing
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from fairstream.errors import ConfigError
+from fairstream.runtime._signature import record_annotation, record_parameter
 
 __all__ = ["DecodeError", "Decoder", "decoder_for", "passthrough"]
 
@@ -69,18 +69,8 @@ def _model(model: Any) -> Decoder[Any]:
     return decode
 
 
-def _value_type(handler: Callable[..., Any], batch: bool) -> Any:
-    """The ``T`` of the handler's ``Record[T]`` (or ``list[Record[T]]``) parameter."""
-    params = list(inspect.signature(handler).parameters.values())
-    if not params:
-        raise ConfigError(
-            "handler",
-            getattr(handler, "__qualname__", handler),
-            "takes no argument",
-            "define it as 'async def handle(record: Record) -> None'",
-        )
-    hints = typing.get_type_hints(handler)
-    hint = hints.get(params[0].name)
+def _value_type(hint: Any, batch: bool) -> Any:
+    """The ``T`` of the handler's ``Record[T]`` (or ``list[Record[T]]``) hint."""
     if hint is None:
         return bytes
     if batch and typing.get_origin(hint) in (list, typing.Sequence):
@@ -92,10 +82,18 @@ def _value_type(handler: Callable[..., Any], batch: bool) -> Any:
 def decoder_for(
     handler: Callable[..., Any], *, batch: bool, decoder: Decoder[Any] | None
 ) -> Decoder[Any]:
-    """Pick the decoder for a handler: the explicit one, else from its type hint."""
+    """Pick the decoder for a handler: the explicit one, else from its type hint.
+
+    The handler's signature is checked first, whatever the decoder, so that a handler
+    the engine cannot call fails at registration rather than on every record.
+
+    :raises ConfigError: the handler does not take exactly one record (or list), its
+        record annotation cannot be resolved, or no decoder fits it.
+    """
+    parameter = record_parameter(handler, batch=batch)
     if decoder is not None:
         return decoder
-    value_type = _value_type(handler, batch)
+    value_type = _value_type(record_annotation(handler, parameter), batch)
     if value_type in (bytes, typing.Any, object) or value_type is type(None):
         return passthrough
     if value_type is str:

@@ -11,7 +11,7 @@ import anyio
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from fairstream import App, Record, SchedulerConfig
+from fairstream import App, Record, RetryPolicy, SchedulerConfig
 from fairstream.runtime._decode import DecodeError, decoder_for
 from tests.conftest import Broker
 from tests.kafka_helpers import committed, create_topic, read_all
@@ -152,4 +152,64 @@ async def test_poison_record_at_the_size_limit_is_dead_lettered_not_fatal(
     headers = dict(dead.headers)
     assert headers["fairstream.source.offset"] == b"1"
     assert headers["fairstream.error.type"] == b"DecodeError"
+    assert await committed(broker.bootstrap, group_id, topic, 1) == [3]
+
+
+def _headers_filling(size: int) -> list[tuple[str, bytes]]:
+    """16 headers of ``size`` bytes in all (keys and values), as a tracing layer might add."""
+    keys = [f"x-blob-{i:02d}" for i in range(16)]
+    room = size - sum(len(k) for k in keys)
+    return [(k, b"h" * (room // 16 + (i < room % 16))) for i, k in enumerate(keys)]
+
+
+async def test_failing_record_with_over_a_megabyte_of_headers_is_dead_lettered_without_them(
+    broker: Broker, group_id: str
+) -> None:
+    """The copy plus fairstream's headers is over the 1 MiB request limit even with
+    its value dropped; the headers go instead, and the partition keeps flowing."""
+    topic = f"big-headers-{uuid.uuid4().hex[:10]}"
+    await create_topic(broker.bootstrap, topic, 1)
+    headers = _headers_filling(1_048_000)
+    assert sum(len(k) + len(v) for k, v in headers) == 1_048_000
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, max_request_size=2_000_000)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, b'{"n": 0}', key=b"k", partition=0)
+        await producer.send_and_wait(topic, b'{"n": 1}', key=b"k", partition=0, headers=headers)
+        await producer.send_and_wait(topic, b'{"n": 2}', key=b"k", partition=0)
+    finally:
+        await producer.stop()
+    app = App(
+        bootstrap=broker.bootstrap,
+        group_id=group_id,
+        instance_id=broker.instance_id("big-headers-0"),
+        retry=RetryPolicy(attempts=2, backoff=0.01),
+        scheduler=SchedulerConfig(commit_interval=0.1),
+    )
+    handled: list[int] = []
+    done = anyio.Event()
+
+    @app.subscriber(topic)
+    async def handle(record: Record[dict[str, int]]) -> None:
+        handled.append(record.offset)
+        if record.offset == 1:
+            raise RuntimeError("cannot handle n=1: " + "why " * 200)
+        if record.offset == 2:
+            done.set()
+
+    async with app:
+        with anyio.fail_after(60):
+            await done.wait()
+    assert handled == [0, 1, 1, 2]
+    with anyio.fail_after(30):
+        (dead,) = await read_all(broker.bootstrap, f"{topic}.dlq", 1, expected=1)
+    dead_headers = dict(dead.headers)
+    assert dead.value == b'{"n": 1}'  # only the headers had to go
+    assert dead.key == b"k"
+    assert not any(k.startswith("x-blob-") for k in dead_headers)
+    assert dead_headers["fairstream.headers.dropped"] == str(1_048_000).encode()
+    assert "fairstream.value.dropped" not in dead_headers
+    assert dead_headers["fairstream.source.offset"] == b"1"
+    assert dead_headers["fairstream.error.type"] == b"RuntimeError"
+    assert dead_headers["fairstream.attempts"] == b"2"
     assert await committed(broker.bootstrap, group_id, topic, 1) == [3]

@@ -52,7 +52,9 @@ def ca_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        pytest.param({"protocol": "TLS"}, "security.protocol='TLS': unknown protocol", id="proto"),
+        pytest.param(
+            {"protocol": "TLS"}, "security.protocol='TLS': must be one of 'PLAINTEXT'", id="proto"
+        ),
         pytest.param(
             {"protocol": "SASL_SSL", "username": "svc", "password": SECRET},
             "SASL_SSL needs sasl_mechanism, username and password",
