@@ -82,3 +82,58 @@ def test_all_is_sorted_and_complete(module: str) -> None:
     assert public <= set(exported), f"public but not in __all__: {public - set(exported)}"
     for name in exported:
         assert hasattr(mod, name)
+
+
+def _runtime_imports(name: str) -> set[str]:
+    """The runtime modules ``runtime/<name>.py`` imports, by file name."""
+    prefix = "fairstream.runtime."
+    return {
+        imported.removeprefix(prefix)
+        for imported in _imports(PACKAGE / "runtime" / f"{name}.py")
+        if imported.startswith(prefix)
+    }
+
+
+# The rooms one record walks through (fetch -> queue -> dispatch -> handler -> offsets
+# -> commit). A room talks to its neighbours through the callbacks the engine hands
+# it, never by importing them. The floor below them imports only the record.
+FLOOR = {"_record": set(), "_scheduler": {"_record"}, "_offsets": {"_record"}}
+ROOMS = {
+    "_fetch": {"_workers", "_handling", "_rebalance", "_shadow", "_engine", "_app"},
+    "_workers": {"_fetch", "_rebalance", "_shadow", "_engine", "_app"},
+    "_handling": {"_fetch", "_workers", "_rebalance", "_shadow", "_engine", "_app"},
+    "_shadow": {"_fetch", "_workers", "_handling", "_rebalance", "_engine", "_app"},
+    "_rebalance": {"_fetch", "_handling", "_engine", "_app"},
+    "_engine": {"_app"},
+}
+
+
+@pytest.mark.parametrize("module", sorted(FLOOR))
+def test_the_floor_imports_only_the_record(module: str) -> None:
+    assert _runtime_imports(module) <= FLOOR[module]
+
+
+@pytest.mark.parametrize("room", sorted(ROOMS))
+def test_runtime_rooms_do_not_import_their_neighbours(room: str) -> None:
+    offenders = _runtime_imports(room) & ROOMS[room]
+    assert not offenders, f"runtime/{room}.py imports {sorted(offenders)}"
+
+
+def test_no_two_runtime_modules_import_each_other() -> None:
+    names = [path.stem for path in _modules("runtime") if path.stem != "__init__"]
+    pairs = {
+        tuple(sorted((a, b)))
+        for a in names
+        for b in _runtime_imports(a)
+        if a in _runtime_imports(b)
+    }
+    assert not pairs
+
+
+def test_nothing_imports_the_cli() -> None:
+    offenders = [
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if path.name not in ("cli.py", "__main__.py") and "fairstream.cli" in _imports(path)
+    ]
+    assert not offenders

@@ -34,9 +34,8 @@ from fairstream.errors import BrokerError, ConfigError
 from fairstream.runtime._admin import high_watermarks
 from fairstream.runtime._assignors import PlanningAssignor
 from fairstream.runtime._dead_letter import dead_letter_copies
-from fairstream.runtime._fetch import build_records_directly
-from fairstream.runtime._record import Headers, Record, as_records
-from fairstream.runtime._scheduler import TP
+from fairstream.runtime._direct_records import build_records_directly
+from fairstream.runtime._record import TP, Headers, Record, as_records
 from fairstream.runtime._subscriber import Subscriber
 
 __all__ = [
@@ -46,7 +45,6 @@ __all__ = [
     "ShadowClients",
     "ShadowReader",
     "consumer_broken",
-    "record_bytes",
 ]
 
 log = structlog.get_logger(__name__)
@@ -56,7 +54,7 @@ class ConsumerPort(Protocol):
     """The part of aiokafka's consumer API the engine uses.
 
     ``getmany`` returns aiokafka's records, or undecoded Records where
-    they are built directly (``_fetch``); the engine copies the former.
+    they are built directly (``_direct_records``); the engine copies the former.
     """
 
     async def getmany(
@@ -149,21 +147,6 @@ def consumer_broken(exc: KafkaError) -> bool:
     on (authorization, invalid settings) have classes of their own.
     """
     return type(exc) is KafkaError
-
-
-_SAMPLED = 8
-
-
-def record_bytes(records: Sequence[Record[bytes]]) -> int:
-    """Queue bytes charged for fetched records: their values plus a fixed overhead each.
-
-    Estimated from about ``_SAMPLED`` records spread over the batch. The byte bounds are
-    memory guards, and records of one fetch are mostly alike; summing every value
-    cost 2% of the consumer's time. The record bounds are exact.
-    """
-    sample = records[:: len(records) // _SAMPLED or 1]
-    values = sum(len(r.raw) for r in sample if r.raw is not None)
-    return len(records) * (values // len(sample) + 64) if sample else 0
 
 
 def _read_error(clients: AIOKafkaClients, what: str, exc: KafkaError) -> BrokerError:

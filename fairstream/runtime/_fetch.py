@@ -1,74 +1,199 @@
-"""Records built straight from aiokafka's fetch buffers.
+"""The fetch room: pull records from aiokafka into the per-partition queues.
 
-aiokafka turns every fetched record into a ``ConsumerRecord`` dataclass, which
-the engine would then copy into a :class:`Record`: about 1.1 us a record of the
-~2.5 us the consumer spent in all (0.94 + 0.17 us, ``benchmarks/RESULTS.md``).
-aiokafka builds them in one private method,
-``PartitionRecords._consumer_record(tp, record)``. :func:`build_records_directly`
-swaps the fetcher's table of fetched buffers for one that points that method of
-each new buffer at :func:`record_from`, so ``getmany()`` returns Records. All the
-rest stays aiokafka's: CRC checks, transactions, control batches, positions,
-pause and seek.
+Records are decoded as they are pulled, so a backlog becomes Python objects only
+a little ahead of its handler: they die young, and the garbage collector never
+walks a heap of a million waiting records. Backpressure is *not pulling*: unlike
+``pause()``, that keeps aiokafka's fetched data, undecoded, until there is room.
 
-It is private API, so it is guarded. The fetcher must look as expected (else
-nothing changes and :func:`as_records` copies aiokafka's records as before), a
-buffer with deserializers is left alone, and ``tests/runtime/test_fetch.py``
-checks, against a real broker and the pinned aiokafka, that it is in use and
-yields the same records as aiokafka's own path.
+A consumer whose group coordination died for good (``consumer_broken``) is
+replaced here: its partitions are released the usual way (``release_all``) and a
+new consumer rejoins the group.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Mapping
-from functools import partial
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import structlog
-from aiokafka.consumer.fetcher import PartitionRecords
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
 
-from fairstream.runtime._record import record_from
+from fairstream.config import SchedulerConfig
+from fairstream.errors import BrokerError, FairstreamError
+from fairstream.runtime._clients import KafkaClients, consumer_broken
+from fairstream.runtime._record import Record, as_records, record_bytes
+from fairstream.runtime._scheduler import Dispatch, FairScheduler, PartitionQueue
 
-__all__ = ["build_records_directly"]
+__all__ = ["Fetcher"]
 
 log = structlog.get_logger(__name__)
 
-
-class _Buffers(OrderedDict[Any, Any]):
-    """aiokafka's fetched buffers by partition; points each new one at ``record_from``."""
-
-    def __init__(self, buffers: Mapping[Any, Any], replay: bool) -> None:
-        self._build = partial(record_from, replay)
-        super().__init__()
-        for tp, result in buffers.items():
-            self[tp] = result
-
-    def __setitem__(self, tp: Any, result: Any) -> None:
-        records: Any = getattr(result, "_partition_records", None)
-        if (
-            type(records) is PartitionRecords
-            and records._key_deserializer is None
-            and records._value_deserializer is None
-        ):
-            records._consumer_record = self._build
-        super().__setitem__(tp, result)
+_REBUILD_LIMIT = 5
+"""Consumer rebuilds in a row, with no assignment between them, before fetching stops."""
 
 
-def build_records_directly(consumer: Any, *, replay: bool = False) -> bool:
-    """Make a started aiokafka ``consumer`` return Records; ``False`` if it cannot.
+def _rebuild_backoff(attempt: int) -> float:
+    """Seconds to wait before rebuild ``attempt``: none for the first, then 0.5 s doubling."""
+    return 0.0 if attempt == 1 else 0.5 * 2 ** (attempt - 2)
 
-    ``replay`` marks them as read by a KIP-333 shadow task.
+
+class Fetcher:
+    """Fills the scheduler's live queues from the group consumer, within the buffer bounds.
+
+    ``wake`` tells idle workers there is work; ``fail`` stops the app with an error;
+    ``release_all`` revokes every owned partition before a consumer rebuild.
     """
-    fetcher: Any = getattr(consumer, "_fetcher", None)
-    buffers = getattr(fetcher, "_records", None)
-    if type(buffers) is not OrderedDict or not callable(
-        getattr(PartitionRecords, "_consumer_record", None)
-    ):
-        log.info(
-            "direct_records_unavailable",
-            reason="aiokafka's fetcher is not the one this fairstream knows; "
-            "records are copied from aiokafka's",
+
+    def __init__(
+        self,
+        *,
+        clients: KafkaClients,
+        scheduler: FairScheduler[Record[bytes]],
+        config: SchedulerConfig,
+        wake: Callable[[], None],
+        fail: Callable[[FairstreamError], None],
+        release_all: Callable[[], Awaitable[None]],
+    ) -> None:
+        self._clients = clients
+        self._scheduler = scheduler
+        self._config = config
+        self._wake = wake
+        self._fail = fail
+        self._release_all = release_all
+        self._pulling = False
+        self._room = anyio.Event()
+        self._pull = anyio.CancelScope()
+        self._stopping = False
+        self._rebuilds = 0
+
+    def stop(self) -> None:
+        """Pull no more; the loop ends at its next turn."""
+        self._stopping = True
+        self._room.set()
+
+    def assigned(self) -> None:
+        """The group gave this consumer partitions: pull for them, and it is healthy."""
+        self._rebuilds = 0
+        self._room.set()
+
+    async def run(self) -> None:
+        """Pull what the queues have room for until :meth:`stop`."""
+        scheduler = self._scheduler
+        while not self._stopping:
+            wanted, room = self._wanted()
+            # With no partition yet, poll them all: a consumer may join only while polled.
+            if not wanted and scheduler.queues:
+                self._room = anyio.Event()
+                await self._room.wait()
+                continue
+            consumer = self._clients.consumer
+            batches: dict[TopicPartition, list[Any]] = {}
+            failure: KafkaError | None = None
+            # A queue that gets room cancels the wait, so its partition is pulled at once.
+            with anyio.CancelScope() as self._pull:
+                self._pulling = True
+                try:
+                    batches = await consumer.getmany(*wanted, timeout_ms=200, max_records=room)
+                except KafkaError as exc:
+                    failure = exc
+                finally:
+                    self._pulling = False
+            if failure is not None:
+                if not await self._failed(failure):
+                    return
+                continue
+            for tp, fetched in batches.items():
+                key = (tp.topic, tp.partition)
+                if key in scheduler.queues and fetched:
+                    records = as_records(fetched)
+                    scheduler.push(key, records, record_bytes(records))
+            if batches:
+                self._wake()
+
+    def taken(self, dispatch: Dispatch[Record[bytes]]) -> None:
+        """A worker took ``dispatch``: restart the pull if that made room in a held queue."""
+        # A shadow's queue is filled by its own reader, which waits for room itself.
+        for piece in () if dispatch.replay else dispatch.slices:
+            queue = self._scheduler.queues.get(piece.tp)
+            if queue is not None and queue.paused and not self._held(queue):
+                if self._pulling:  # cancelling costs ~20 us, and the pull may be over
+                    self._pull.cancel()
+                self._room.set()
+                return
+        if self._has_room():
+            self._room.set()
+
+    async def _failed(self, exc: KafkaError) -> bool:
+        """Wait out a retriable error or rebuild a broken consumer; ``False``: stop fetching."""
+        if getattr(exc, "retriable", False):
+            log.warning("fetch_failed", reason=str(exc))
+            await anyio.sleep(0.5)
+            return True
+        if not consumer_broken(exc):
+            self._fail(BrokerError(f"fetching failed: {exc}", retriable=False))
+            return False
+        return await self._rebuild_consumer(str(exc))
+
+    def _wanted(self) -> tuple[list[TopicPartition], int]:
+        """The partitions to pull now, and how many records one pull may bring.
+
+        A queue at its target or above is *held* (``paused`` in the stats) until the
+        scheduler drains it below, so a backlog partition that aiokafka lists first
+        cannot take every pull. A pull brings at most what is left under
+        ``max_buffered_records``: aiokafka fills it from one partition after another,
+        so one big pull into a single queue costs less than many small ones.
+        """
+        scheduler = self._scheduler
+        wanted = []
+        for queue in scheduler.queues.values():
+            queue.paused = self._held(queue)
+            if not queue.paused:
+                wanted.append(TopicPartition(*queue.tp))
+        if not self._has_room():
+            return [], 0
+        return wanted, self._config.max_buffered_records - scheduler.live_buffered
+
+    async def _rebuild_consumer(self, reason: str) -> bool:
+        """Release every partition, then replace the consumer; ``False``: gave up (failed).
+
+        The revoke is the usual one (in-flight work finished or cancelled, handled
+        watermarks committed if the broker still takes them), so the new consumer
+        reads on from committed offsets: records may be handled twice, none skipped.
+        Rebuilds count until the next assignment, at most :data:`_REBUILD_LIMIT`.
+        """
+        await self._release_all()
+        while self._rebuilds < _REBUILD_LIMIT:
+            self._rebuilds += 1
+            await anyio.sleep(_rebuild_backoff(self._rebuilds))
+            try:
+                await self._clients.restart_consumer()
+            except BrokerError as exc:
+                reason = str(exc)
+                log.warning("consumer_rebuild_failed", reason=reason, attempt=self._rebuilds)
+                continue
+            log.warning("consumer_rebuilt", reason=reason, attempt=self._rebuilds)
+            return True
+        self._fail(
+            BrokerError(
+                f"fetching failed: {reason}; gave up after {_REBUILD_LIMIT} consumer rebuilds "
+                "in a row without an assignment",
+                retriable=False,
+            )
         )
         return False
-    fetcher._records = _Buffers(buffers, replay)
-    return True
+
+    def _held(self, queue: PartitionQueue[Record[bytes]]) -> bool:
+        config = self._config
+        return (
+            queue.count >= config.queue_target_records or queue.nbytes >= config.queue_target_bytes
+        )
+
+    def _has_room(self) -> bool:
+        scheduler = self._scheduler
+        config = self._config
+        return (
+            scheduler.live_buffered < config.max_buffered_records
+            and scheduler.buffered_bytes < config.max_buffered_bytes
+        )

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fairstream.ranges import OffsetRange, decode_shadow, encode_shadow
-from fairstream.runtime._scheduler import TP
+from fairstream.runtime._record import TP
 
 __all__ = ["OffsetTracker", "PartitionOffsets", "clip_below"]
 

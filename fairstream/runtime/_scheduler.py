@@ -26,9 +26,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-__all__ = ["TP", "Dispatch", "FairScheduler", "Lane", "PartitionQueue", "Slice"]
+from fairstream.runtime._record import TP
 
-TP = tuple[str, int]
+__all__ = ["Dispatch", "FairScheduler", "Lane", "PartitionQueue", "Slice"]
+
 Lane = tuple[int, bool]
 """A subscriber's index, and whether its records are replayed by a shadow task."""
 R = TypeVar("R")

@@ -41,9 +41,10 @@ import structlog
 
 from fairstream.errors import BrokerError, FairstreamError
 from fairstream.ranges import OffsetRange, decode_shadow, encode_shadow, merge_ranges
-from fairstream.runtime._clients import ShadowClients, ShadowReader, record_bytes
+from fairstream.runtime._clients import ShadowClients, ShadowReader
 from fairstream.runtime._offsets import OffsetTracker
-from fairstream.runtime._scheduler import TP, FairScheduler
+from fairstream.runtime._record import TP, record_bytes
+from fairstream.runtime._scheduler import FairScheduler
 
 __all__ = ["CatchUp", "ShadowHandoff", "ShadowTasks", "plan_catch_up"]
 

@@ -11,7 +11,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from fairstream.runtime._scheduler import TP
+from fairstream.runtime._record import TP
 
 __all__ = ["AppStats", "PartitionStats", "StatsRecorder", "prometheus_text"]
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from aiokafka.structs import ConsumerRecord
 
 from fairstream import Record
-from fairstream.runtime._clients import record_bytes
-from fairstream.runtime._record import as_records, with_value
+from fairstream.runtime._record import as_records, record_bytes, with_value
 
 
 def _fetched(offset: int, value: bytes | None) -> ConsumerRecord[bytes, bytes]:

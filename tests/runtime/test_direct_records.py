@@ -9,7 +9,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from fairstream import Record
-from fairstream.runtime._fetch import build_records_directly
+from fairstream.runtime._direct_records import build_records_directly
 from tests.conftest import Broker, TopicFactory
 
 pytestmark = pytest.mark.broker

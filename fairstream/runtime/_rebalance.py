@@ -1,0 +1,244 @@
+"""The rebalance room: what happens when the group gives partitions or takes them away.
+
+aiokafka awaits the rebalance listener before it rejoins, so revocation can finish
+in-flight work, commit, and only then let the partitions go; assignment reads the
+group's commits and decides whether to jump (KIP-333, :func:`plan_catch_up`) before
+any record is fetched, then hands the backlog to the shadows (``_shadow``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import Literal
+
+import anyio
+import structlog
+from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
+from aiokafka.structs import OffsetAndMetadata
+
+from fairstream.config import OffsetReset
+from fairstream.errors import FairstreamError
+from fairstream.runtime._clients import KafkaClients, ShadowClients
+from fairstream.runtime._offsets import OffsetTracker
+from fairstream.runtime._record import TP, Record
+from fairstream.runtime._scheduler import FairScheduler
+from fairstream.runtime._shadow import CatchUp, ShadowTasks, plan_catch_up
+from fairstream.runtime._stats import StatsRecorder
+from fairstream.runtime._subscriber import Subscriber
+from fairstream.runtime._workers import InFlight
+
+__all__ = ["Ack", "Rebalancer"]
+
+log = structlog.get_logger(__name__)
+
+Ack = Literal["auto", "manual"]
+
+
+class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
+    """The group consumer's rebalance listener: partitions in, partitions out.
+
+    ``commit`` commits the watermarks of some partitions; ``running_on`` lists the
+    dispatches in flight on some partitions; ``assigned`` tells the fetcher it has
+    partitions to pull; ``fail`` stops the app with an error.
+    """
+
+    def __init__(
+        self,
+        *,
+        group_id: str,
+        clients: KafkaClients,
+        subscribers: Sequence[Subscriber],
+        scheduler: FairScheduler[Record[bytes]],
+        offsets: OffsetTracker,
+        stats: StatsRecorder,
+        shadows: ShadowTasks | None,
+        ack: Ack,
+        reset: OffsetReset,
+        revoke_timeout: float,
+        commit: Callable[[set[TP]], Awaitable[bool]],
+        running_on: Callable[[Collection[TP]], list[InFlight]],
+        assigned: Callable[[], None],
+        fail: Callable[[FairstreamError], None],
+    ) -> None:
+        self.group_id = group_id
+        self._clients = clients
+        self._shadow_clients = clients if isinstance(clients, ShadowClients) else None
+        self._subscribers = subscribers
+        self._lane_of_topic = {
+            topic: lane for lane, sub in enumerate(subscribers) for topic in sub.topics
+        }
+        self._scheduler = scheduler
+        self._offsets = offsets
+        self._stats = stats
+        self._shadows = shadows
+        self._ack = ack
+        self._reset: OffsetReset = reset
+        self._revoke_timeout = revoke_timeout
+        self._commit = commit
+        self._running_on = running_on
+        self._assigned = assigned
+        self._fail = fail
+        self.joined = anyio.Event()
+
+    # --- aiokafka's listener ----------------------------------------------------------
+
+    async def on_partitions_revoked(self, revoked: Sequence[TopicPartition]) -> None:
+        await self.revoke({(tp.topic, tp.partition) for tp in revoked})
+
+    async def on_partitions_assigned(self, assigned: Sequence[TopicPartition]) -> None:
+        await self.assign({(tp.topic, tp.partition) for tp in assigned})
+
+    # --- partitions in --------------------------------------------------------------
+
+    async def assign(self, tps: set[TP]) -> None:
+        """Read commits, decide on KIP-333 jumps, then queue the partitions.
+
+        aiokafka fetches while it awaits this listener, so the partitions stay
+        paused until it is known where to read them from. It also logs and swallows
+        a listener's exceptions, so failures end here: if the commits cannot be
+        read, the partitions stay paused and unregistered (nothing of them is
+        handled or committed, so no open shadow range is overwritten) and the
+        app stops with the error.
+        """
+        clients = self._shadow_clients
+        plans: dict[TP, CatchUp] = {}
+        partitions = [TopicPartition(*tp) for tp in sorted(tps)]
+        if clients is not None and tps:
+            self._clients.consumer.pause(*partitions)
+            try:
+                plans = await self._plan_catch_ups(clients, tps)
+            except FairstreamError as exc:
+                self._fail(exc)
+                return
+        for tp in sorted(tps):
+            lane = self._lane_of_topic[tp[0]]
+            self._scheduler.add_partition(tp, lane, self._subscribers[lane].max_batch)
+            plan = plans.get(tp)
+            if plan is None:
+                self._offsets.assign(tp, committed=None)
+            else:
+                self._offsets.assign(tp, committed=plan.committed, metadata=plan.metadata)
+        if clients is not None and plans:
+            await self._catch_up(clients, plans)
+            self._clients.consumer.resume(*partitions)
+        self._assigned()
+        self.joined.set()
+        log.info("partitions_assigned", group_id=self.group_id, partitions=sorted(tps))
+
+    async def _plan_catch_ups(self, clients: ShadowClients, tps: set[TP]) -> dict[TP, CatchUp]:
+        committed = await clients.committed_offsets(tps)
+        subscriber = {tp: self._subscribers[self._lane_of_topic[tp[0]]] for tp in tps}
+        eligible = {tp for tp in tps if subscriber[tp].parallel_rebalance and self._ack == "auto"}
+        bounds = await clients.offset_bounds(eligible) if eligible else {}
+        return {
+            tp: plan_catch_up(
+                committed[tp],
+                bounds.get(tp),
+                threshold=subscriber[tp].parallel_rebalance_threshold,
+                reset=self._reset,
+            )
+            for tp in tps
+        }
+
+    async def _catch_up(self, clients: ShadowClients, plans: dict[TP, CatchUp]) -> None:
+        """Jump where planned and the broker keeps metadata; start the shadows."""
+        jumps = {tp: plan for tp, plan in plans.items() if plan.jump is not None}
+        kept = await self._metadata_kept(clients, jumps) if jumps else set()
+        for tp, plan in sorted(jumps.items()):
+            if tp not in kept:
+                plans[tp] = plan.refuse("broker_dropped_metadata")
+        for tp, plan in sorted(plans.items()):
+            where = {"topic": tp[0], "partition": tp[1]}
+            if plan.refused is not None:
+                log.warning(
+                    "parallel_rebalance_refused", **where, reason=plan.refused, lag=plan.lag
+                )
+            if plan.jump is not None:
+                self._offsets.jump(tp, plan.jump, plan.shadow, plan.jump_metadata)
+                clients.seek(tp, plan.jump)
+                log.info(
+                    "parallel_rebalance_started",
+                    **where,
+                    committed=plan.start,
+                    jump=plan.jump,
+                    lag=plan.lag,
+                    shadow=[[r.start, r.end] for r in plan.shadow],
+                )
+        if kept:
+            # Commit the jump now: a crash right after must find [C, J) recorded.
+            await self._commit(set(kept))
+        if self._ack != "auto" or self._shadows is None:
+            return
+        for tp, plan in sorted(plans.items()):
+            if plan.shadow:
+                lane = self._lane_of_topic[tp[0]]
+                self._shadows.start(tp, lane, self._subscribers[lane].max_batch, plan.shadow)
+
+    async def _metadata_kept(self, clients: ShadowClients, jumps: dict[TP, CatchUp]) -> set[TP]:
+        """Commit (C, metadata) for each planned jump and read it back.
+
+        The committed offset does not move, so this is safe whatever the broker
+        does; the partitions whose metadata came back intact may jump.
+        """
+        request = {
+            TopicPartition(*tp): OffsetAndMetadata(plan.start, plan.jump_metadata)
+            for tp, plan in jumps.items()
+        }
+        try:
+            await self._clients.consumer.commit(request)
+            found = await clients.committed_offsets(jumps)
+        except (KafkaError, FairstreamError) as exc:
+            for tp, plan in sorted(jumps.items()):
+                log.warning(
+                    "parallel_rebalance_refused",
+                    topic=tp[0],
+                    partition=tp[1],
+                    reason="commit_failed",
+                    lag=plan.lag,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            return set()
+        return {
+            tp
+            for tp, plan in jumps.items()
+            if (got := found.get(tp)) is not None and got == (plan.start, plan.jump_metadata)
+        }
+
+    # --- partitions out -------------------------------------------------------------
+
+    async def revoke(self, tps: set[TP]) -> None:
+        """Finish or cancel in-flight work on ``tps``, commit it, then release them.
+
+        Shadows of ``tps`` stop first; the commit records how far they got.
+        """
+        if self._shadows is not None:
+            await self._shadows.stop(tps)
+        self._scheduler.revoke(tps)
+        waiting = self._running_on(tps)
+        with anyio.move_on_after(self._revoke_timeout) as scope:
+            for running in waiting:
+                await running.done.wait()
+        if scope.cancelled_caught:
+            log.warning(
+                "revoke_timeout", reason="in-flight handlers cancelled", partitions=len(tps)
+            )
+            for running in waiting:
+                running.scope.cancel()
+                await running.done.wait()
+        await self._commit(tps)
+        for tp in sorted(tps):
+            if open_ranges := self._offsets.shadow(tp):
+                log.info(
+                    "shadow_stopped",
+                    topic=tp[0],
+                    partition=tp[1],
+                    shadow=[[r.start, r.end] for r in open_ranges],
+                    records=sum(map(len, open_ranges)),
+                )
+        self._offsets.forget(tps)
+        self._stats.forget(tps)
+        log.info("partitions_revoked", group_id=self.group_id, partitions=sorted(tps))
+
+    async def revoke_all(self) -> None:
+        await self.revoke(set(self._offsets.partitions))
