@@ -34,7 +34,7 @@ from _common import add_bootstrap_option, cluster
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from fairstream import App, Record, SchedulerConfig, logs
+from fairstream import App, ParallelRebalance, Record, SchedulerConfig, logs
 
 LIVE = ord("L")
 
@@ -148,8 +148,7 @@ async def measure(args: argparse.Namespace, bootstrap: str, topic: str, on: bool
     app = App(
         bootstrap=bootstrap,
         group_id=f"bench-{uuid.uuid4().hex[:8]}",
-        parallel_rebalance=on,
-        parallel_rebalance_threshold=args.threshold,
+        parallel_rebalance=ParallelRebalance(threshold=args.threshold) if on else False,
         scheduler=SchedulerConfig(concurrency=args.concurrency),
     )
     progress = Progress(
@@ -221,7 +220,7 @@ def main() -> None:
         "--live-rate", type=int, default=500, help="live records per second while measuring"
     )
     parser.add_argument(
-        "--threshold", type=int, default=10_000, help="parallel_rebalance_threshold (records)"
+        "--threshold", type=int, default=10_000, help="ParallelRebalance.threshold (records)"
     )
     parser.add_argument("--concurrency", type=int, default=2, help="SchedulerConfig.concurrency")
     parser.add_argument(

@@ -6,7 +6,7 @@
     fairstream run parallel_rebalance:app    # from examples/; then watch, and:
     fairstream lag --group sensors --topics sensors
 
-A member that is assigned a partition more than ``parallel_rebalance_threshold``
+A member that is assigned a partition more than ``ParallelRebalance.threshold``
 records behind jumps to the partition's end and serves new readings at once; a
 shadow task replays the backlog through the same handler with ``record.replay``
 set. Give each member a stable ``FAIRSTREAM_INSTANCE_ID`` (e.g. the StatefulSet pod
@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-from fairstream import App, Record, SchedulerConfig
+from fairstream import App, ParallelRebalance, Record, SchedulerConfig
 
 log = structlog.get_logger()
 
@@ -31,8 +31,7 @@ TOPIC = os.environ.get("SENSORS_TOPIC", "sensors")
 
 app = App(
     group_id=os.environ.get("FAIRSTREAM_GROUP_ID", "sensors"),
-    parallel_rebalance=True,
-    parallel_rebalance_threshold=10_000,
+    parallel_rebalance=ParallelRebalance(threshold=10_000),
     scheduler=SchedulerConfig(concurrency=4),  # the shadow may use up to half of these
 )
 

@@ -11,18 +11,21 @@ import math
 import os
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from fairstream.errors import ConfigError
+from fairstream.ranges import OffsetRange
 
 __all__ = [
     "ConsumerConfig",
     "DeadLetterPolicy",
+    "ParallelRebalance",
     "RetryPolicy",
     "SchedulerConfig",
     "SecurityConfig",
+    "ShadowHandoff",
     "from_env",
 ]
 
@@ -53,7 +56,7 @@ def _mismatch(value: object, hint: object) -> str | None:
         options = typing.get_args(hint)
         if any(_mismatch(value, option) is None for option in options):
             return None
-        return "must be " + " or ".join(_expected(option) for option in options)
+        return "must be " + " or ".join(dict.fromkeys(_expected(option) for option in options))
     if typing.get_origin(hint) is Literal:
         return None if value in typing.get_args(hint) else f"must be {_expected(hint)}"
     if hint is float:
@@ -260,6 +263,39 @@ class DeadLetterPolicy:
 
     def topic_for(self, topic: str) -> str:
         return f"{topic}{self.topic_suffix}"
+
+
+ShadowHandoff = (
+    Callable[[str, int, OffsetRange], Awaitable[None]] | Callable[[str, int, OffsetRange], None]
+)
+"""Handles one shadow range elsewhere (e.g. a Spark backfill) and returns when it is done.
+
+Called with ``(topic, partition, range)``; a plain function runs in a worker thread.
+Raising any exception leaves the range to the in-process shadow.
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParallelRebalance:
+    """KIP-333 parallel rebalance: ``App(parallel_rebalance=ParallelRebalance(...))``.
+
+    A partition assigned with more than ``threshold`` records of lag jumps to its
+    end: new records are served at once, and a shadow replays the backlog beside
+    them (``record.replay`` set). ``handoff`` handles backlog ranges of more than
+    ``handoff_threshold`` records elsewhere, e.g.
+    ``fairstream.spark.handoff.spark_shadow_handoff(...)``. ``parallel_rebalance=True``
+    means these defaults. Needs ``ack='auto'``: the runtime commits the shadow's
+    progress itself.
+    """
+
+    threshold: int = 10_000
+    handoff: ShadowHandoff | None = None
+    handoff_threshold: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        _check_types(self, "parallel_rebalance.")
+        _positive("parallel_rebalance.threshold", self.threshold, allow_zero=True)
+        _positive("parallel_rebalance.handoff_threshold", self.handoff_threshold, allow_zero=True)
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -19,6 +19,7 @@ from fairstream.assign import resolve
 from fairstream.config import (
     ConsumerConfig,
     DeadLetterPolicy,
+    ParallelRebalance,
     RetryPolicy,
     SchedulerConfig,
     SecurityConfig,
@@ -30,7 +31,6 @@ from fairstream.runtime._clients import AIOKafkaClients, KafkaClients
 from fairstream.runtime._decode import Decoder, decoder_for
 from fairstream.runtime._engine import Ack, Engine
 from fairstream.runtime._record import Headers, Record
-from fairstream.runtime._shadow import ShadowHandoff
 from fairstream.runtime._stats import AppStats, prometheus_text
 from fairstream.runtime._subscriber import Subscriber
 
@@ -76,12 +76,10 @@ class App:
     Run it with ``await app.run()`` (stops on SIGINT/SIGTERM), ``async with app:``,
     ``FastAPI(lifespan=app.lifespan)`` or ``fairstream run module:app``.
 
-    ``parallel_rebalance=True`` (KIP-333; per subscriber too) serves new records at
-    once when a partition arrives with more than ``parallel_rebalance_threshold``
-    records of lag, and replays the backlog beside them with ``record.replay`` set
-    (docs/parallel_rebalance.md). ``shadow_handoff`` handles backlog ranges of more
-    than ``shadow_handoff_threshold`` records elsewhere, e.g.
-    ``fairstream.spark.handoff.spark_shadow_handoff(...)``.
+    ``parallel_rebalance=True`` or ``ParallelRebalance(threshold=..., handoff=...)``
+    (KIP-333; per subscriber too) serves new records at once when a partition
+    arrives with a backlog, and replays the backlog beside them with
+    ``record.replay`` set (README, "Parallel rebalance").
 
     :raises ConfigError: for an unknown assignor, a bad threshold, a missing bootstrap.
     """
@@ -99,10 +97,7 @@ class App:
         security: SecurityConfig | None = None,
         instance_id: str | None = None,
         ack: Ack = "auto",
-        parallel_rebalance: bool = False,
-        parallel_rebalance_threshold: int = 10_000,
-        shadow_handoff: ShadowHandoff | None = None,
-        shadow_handoff_threshold: int = 1_000_000,
+        parallel_rebalance: bool | ParallelRebalance = False,
         clients: ClientsFactory | None = None,
     ) -> None:
         env = from_env()
@@ -111,22 +106,7 @@ class App:
             raise ConfigError("group_id", group_id, "must not be empty")
         if ack not in ("auto", "manual"):
             raise ConfigError("ack", ack, "unknown mode", "use 'auto' or 'manual'")
-        if parallel_rebalance_threshold < 0:
-            raise ConfigError(
-                "parallel_rebalance_threshold",
-                parallel_rebalance_threshold,
-                "must be >= 0",
-                "it is the lag (records) above which a partition is caught up in parallel",
-            )
-        if shadow_handoff_threshold < 0:
-            raise ConfigError(
-                "shadow_handoff_threshold",
-                shadow_handoff_threshold,
-                "must be >= 0",
-                "it is the size (records) above which a shadow range goes to shadow_handoff",
-            )
-        if parallel_rebalance and ack == "manual":
-            raise _manual_ack_error()
+        self.parallel_rebalance = _parallel_rebalance(parallel_rebalance, ack)
         self.group_id = group_id
         self.assignor = assignor
         resolve(assignor, field="assignor")  # fail here, not at the first join
@@ -137,10 +117,6 @@ class App:
         self.security = security or SecurityConfig()
         self.instance_id = instance_id or env.get("instance_id")
         self.ack: Ack = ack
-        self.parallel_rebalance = parallel_rebalance
-        self.parallel_rebalance_threshold = parallel_rebalance_threshold
-        self.shadow_handoff = shadow_handoff
-        self.shadow_handoff_threshold = shadow_handoff_threshold
         self._clients_factory = clients or _aiokafka_clients
         self._subscribers: list[Subscriber] = []
         self._engine: Engine | None = None
@@ -164,8 +140,7 @@ class App:
         decoder: Decoder[Any] | None = None,
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
-        parallel_rebalance: bool | None = None,
-        parallel_rebalance_threshold: int | None = None,
+        parallel_rebalance: bool | ParallelRebalance | None = None,
     ) -> Callable[[H], H]:
         """Register an async handler for ``topics``; returns it unchanged.
 
@@ -186,15 +161,11 @@ class App:
         if limit <= 0:
             raise ConfigError("max_batch", limit, "must be > 0")
         self.scheduler_config.check_batch("max_batch", limit)
-        threshold = (
-            parallel_rebalance_threshold
-            if parallel_rebalance_threshold is not None
-            else self.parallel_rebalance_threshold
+        catch_up = (
+            self.parallel_rebalance
+            if parallel_rebalance is None
+            else _parallel_rebalance(parallel_rebalance, self.ack)
         )
-        if threshold < 0:
-            raise ConfigError("parallel_rebalance_threshold", threshold, "must be >= 0")
-        if parallel_rebalance and self.ack == "manual":
-            raise _manual_ack_error()
 
         def register(handler: H) -> H:
             is_async = inspect.iscoroutinefunction(handler)  # kept apart: TypeGuard would widen H
@@ -215,12 +186,7 @@ class App:
                     decoder=decoder_for(handler, batch=batch, decoder=decoder),
                     retry=retry or self.retry,
                     dead_letter=dead_letter or self.dead_letter,
-                    parallel_rebalance=(
-                        self.parallel_rebalance
-                        if parallel_rebalance is None
-                        else parallel_rebalance
-                    ),
-                    parallel_rebalance_threshold=threshold,
+                    parallel_rebalance=catch_up,
                 )
             )
             return handler
@@ -246,8 +212,6 @@ class App:
             scheduler=self.scheduler_config,
             ack=self.ack,
             auto_offset_reset=self.consumer_config.auto_offset_reset,
-            shadow_handoff=self.shadow_handoff,
-            shadow_handoff_threshold=self.shadow_handoff_threshold,
         )
         return self._engine
 
@@ -404,13 +368,27 @@ class App:
         )
 
 
-def _manual_ack_error() -> ConfigError:
-    return ConfigError(
-        "parallel_rebalance",
-        True,
-        "needs ack='auto'",
-        "the runtime commits the shadow's progress itself; use ack='auto' or turn it off",
-    )
+def _parallel_rebalance(setting: bool | ParallelRebalance, ack: Ack) -> ParallelRebalance | None:
+    """The KIP-333 settings ``setting`` stands for: ``True`` means the defaults."""
+    if isinstance(setting, ParallelRebalance):
+        chosen: ParallelRebalance | None = setting
+    elif isinstance(setting, bool):
+        chosen = ParallelRebalance() if setting else None
+    else:
+        raise ConfigError(
+            "parallel_rebalance",
+            setting,
+            "must be a bool or a ParallelRebalance",
+            "pass True, or ParallelRebalance(threshold=..., handoff=...)",
+        )
+    if chosen is not None and ack == "manual":
+        raise ConfigError(
+            "parallel_rebalance",
+            setting,
+            "needs ack='auto'",
+            "the runtime commits the shadow's progress itself; use ack='auto' or turn it off",
+        )
+    return chosen
 
 
 def _aiokafka_clients(app: App, subscribers: list[Subscriber]) -> KafkaClients:

@@ -31,7 +31,7 @@ from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._rebalance import Ack, Rebalancer
 from fairstream.runtime._record import TP, Record
 from fairstream.runtime._scheduler import FairScheduler
-from fairstream.runtime._shadow import ShadowHandoff, ShadowTasks
+from fairstream.runtime._shadow import ShadowTasks
 from fairstream.runtime._stats import AppStats, StatsRecorder
 from fairstream.runtime._subscriber import Subscriber
 from fairstream.runtime._workers import Workers
@@ -53,8 +53,6 @@ class Engine:
         scheduler: SchedulerConfig,
         ack: Ack,
         auto_offset_reset: OffsetReset = "earliest",
-        shadow_handoff: ShadowHandoff | None = None,
-        shadow_handoff_threshold: int = 1_000_000,
     ) -> None:
         self.group_id = group_id
         self._clients = clients
@@ -74,10 +72,8 @@ class Engine:
                 wake=self._wake,
                 fail=self._fail,
                 queue_target_records=scheduler.queue_target_records,
-                handoff=shadow_handoff,
-                handoff_threshold=shadow_handoff_threshold,
             )
-        elif any(sub.parallel_rebalance for sub in subscribers):
+        elif any(sub.parallel_rebalance is not None for sub in subscribers):
             log.warning(
                 "parallel_rebalance_unavailable",
                 group_id=group_id,

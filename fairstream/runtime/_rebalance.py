@@ -129,13 +129,14 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
     async def _plan_catch_ups(self, clients: ShadowClients, tps: set[TP]) -> dict[TP, CatchUp]:
         committed = await clients.committed_offsets(tps)
         subscriber = {tp: self._subscribers[self._lane_of_topic[tp[0]]] for tp in tps}
-        eligible = {tp for tp in tps if subscriber[tp].parallel_rebalance and self._ack == "auto"}
+        settings = {tp: subscriber[tp].parallel_rebalance for tp in tps}
+        eligible = {tp for tp in tps if settings[tp] is not None and self._ack == "auto"}
         bounds = await clients.offset_bounds(eligible) if eligible else {}
         return {
             tp: plan_catch_up(
                 committed[tp],
                 bounds.get(tp),
-                threshold=subscriber[tp].parallel_rebalance_threshold,
+                threshold=setting.threshold if (setting := settings[tp]) is not None else 0,
                 reset=self._reset,
             )
             for tp in tps
@@ -173,7 +174,10 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         for tp, plan in sorted(plans.items()):
             if plan.shadow:
                 lane = self._lane_of_topic[tp[0]]
-                self._shadows.start(tp, lane, self._subscribers[lane].max_batch, plan.shadow)
+                subscriber = self._subscribers[lane]
+                self._shadows.start(
+                    tp, lane, subscriber.max_batch, plan.shadow, subscriber.parallel_rebalance
+                )
 
     async def _metadata_kept(self, clients: ShadowClients, jumps: dict[TP, CatchUp]) -> set[TP]:
         """Commit (C, metadata) for each planned jump and read it back.

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -39,6 +39,7 @@ import anyio
 import anyio.abc
 import structlog
 
+from fairstream.config import ParallelRebalance, ShadowHandoff
 from fairstream.errors import BrokerError, FairstreamError
 from fairstream.ranges import OffsetRange, decode_shadow, encode_shadow, merge_ranges
 from fairstream.runtime._clients import ShadowClients, ShadowReader
@@ -46,18 +47,9 @@ from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._record import TP, record_bytes
 from fairstream.runtime._scheduler import FairScheduler
 
-__all__ = ["CatchUp", "ShadowHandoff", "ShadowTasks", "plan_catch_up"]
+__all__ = ["CatchUp", "ShadowTasks", "plan_catch_up"]
 
 log = structlog.get_logger(__name__)
-
-ShadowHandoff = (
-    Callable[[str, int, OffsetRange], Awaitable[None]] | Callable[[str, int, OffsetRange], None]
-)
-"""Handles one shadow range elsewhere (e.g. a Spark backfill) and returns when it is done.
-
-Called with ``(topic, partition, range)``; a plain function runs in a worker thread.
-Raising any exception leaves the range to the in-process shadow.
-"""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,6 +121,7 @@ class _Running:
     lane: int
     max_batch: int
     ranges: tuple[OffsetRange, ...]
+    settings: ParallelRebalance | None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     done: anyio.Event = field(default_factory=anyio.Event)
 
@@ -157,8 +150,6 @@ class ShadowTasks:
         wake: Callable[[], None],
         fail: Callable[[FairstreamError], None],
         queue_target_records: int,
-        handoff: ShadowHandoff | None,
-        handoff_threshold: int,
     ) -> None:
         self._clients = clients
         self._scheduler = scheduler
@@ -166,8 +157,6 @@ class ShadowTasks:
         self._wake = wake
         self._fail = fail
         self._queue_target = queue_target_records
-        self._handoff = handoff
-        self._handoff_threshold = handoff_threshold
         self._running: dict[TP, _Running] = {}
         self._tasks: anyio.abc.TaskGroup | None = None
         self._changed = anyio.Event()
@@ -183,9 +172,21 @@ class ShadowTasks:
             finally:
                 self._tasks = None
 
-    def start(self, tp: TP, lane: int, max_batch: int, ranges: Sequence[OffsetRange]) -> None:
-        """Replay ``ranges`` of ``tp`` (ascending, disjoint) through ``lane``'s replay queue."""
-        running = _Running(tp, lane, max_batch, tuple(ranges))
+    def start(
+        self,
+        tp: TP,
+        lane: int,
+        max_batch: int,
+        ranges: Sequence[OffsetRange],
+        settings: ParallelRebalance | None,
+    ) -> None:
+        """Replay ``ranges`` of ``tp`` (ascending, disjoint) through ``lane``'s replay queue.
+
+        ``settings`` are the subscriber's (``None`` when it has parallel rebalance off
+        and only resumes ranges a previous owner left open): they say which ranges go
+        to a handoff.
+        """
+        running = _Running(tp, lane, max_batch, tuple(ranges), settings)
         self._running[tp] = running
         if self._tasks is not None:
             self._tasks.start_soon(self._run, running)
@@ -211,7 +212,7 @@ class ShadowTasks:
         try:
             with running.scope:
                 self._scheduler.add_partition(tp, running.lane, running.max_batch, replay=True)
-                await self._catch_up(tp, running.ranges)
+                await self._catch_up(tp, running.ranges, running.settings)
         except FairstreamError as exc:
             log.error("shadow_failed", **_where(tp), error=str(exc))
             self._fail(exc)
@@ -220,16 +221,19 @@ class ShadowTasks:
                 del self._running[tp]
             running.done.set()
 
-    async def _catch_up(self, tp: TP, ranges: tuple[OffsetRange, ...]) -> None:
+    async def _catch_up(
+        self, tp: TP, ranges: tuple[OffsetRange, ...], settings: ParallelRebalance | None
+    ) -> None:
         records = sum(map(len, ranges))
         log.info("shadow_started", **_where(tp), ranges=_spans(ranges), records=records)
         began = time.monotonic()
-        handoff = self._handoff
+        handoff = settings.handoff if settings is not None else None
         async with self._clients.shadow_reader(tp) as reader:
             for shadow in ranges:
                 handed_off = (
                     handoff is not None
-                    and len(shadow) > self._handoff_threshold
+                    and settings is not None
+                    and len(shadow) > settings.handoff_threshold
                     and await self._hand_off(handoff, tp, shadow)
                 )
                 if not handed_off:

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fairstream.config import DeadLetterPolicy, RetryPolicy
+from fairstream.config import DeadLetterPolicy, ParallelRebalance, RetryPolicy
 from fairstream.runtime._decode import Decoder
 
 __all__ = ["Handler", "Subscriber"]
@@ -31,5 +31,5 @@ class Subscriber:
     decoder: Decoder[Any]
     retry: RetryPolicy
     dead_letter: DeadLetterPolicy
-    parallel_rebalance: bool
-    parallel_rebalance_threshold: int
+    parallel_rebalance: ParallelRebalance | None
+    """KIP-333 settings, ``None`` when off (open ranges are still resumed)."""

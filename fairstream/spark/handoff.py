@@ -1,16 +1,18 @@
 """Hand large KIP-333 shadow ranges to a Spark backfill instead of the in-process shadow.
 
-The runtime takes any ``shadow_handoff`` callable and never imports this package;
-this module builds one around :func:`~fairstream.spark.backfill.submit_shadow_backfill`:
+The runtime takes any ``ParallelRebalance(handoff=...)`` callable and never imports
+this package; this module builds one around
+:func:`~fairstream.spark.backfill.submit_shadow_backfill`:
 
 >>> app = App(
 ...     bootstrap="kafka:9092",
 ...     group_id="billing",
-...     parallel_rebalance=True,
-...     shadow_handoff=spark_shadow_handoff(
-...         bootstrap="kafka:9092", group_id="billing", handler="billing.jobs:on_order"
+...     parallel_rebalance=ParallelRebalance(
+...         handoff=spark_shadow_handoff(
+...             bootstrap="kafka:9092", group_id="billing", handler="billing.jobs:on_order"
+...         ),
+...         handoff_threshold=1_000_000,
 ...     ),
-...     shadow_handoff_threshold=1_000_000,
 ... )  # doctest: +SKIP
 
 The Spark handler takes a :class:`~fairstream.spark.BackfillRecord` (raw bytes),
@@ -40,7 +42,7 @@ def spark_shadow_handoff(
     chunk: int = 100_000,
     kafka_config: Mapping[str, str] | None = None,
 ) -> Callable[[str, int, OffsetRange], None]:
-    """A ``shadow_handoff`` for :class:`~fairstream.App` that backfills each range on Spark.
+    """A ``ParallelRebalance(handoff=...)`` that backfills each range on Spark.
 
     ``handler`` is a ``module:func`` reference or the function itself; ``master``,
     ``chunk`` and ``kafka_config`` are passed to the backfill (see ``fairstream backfill``).

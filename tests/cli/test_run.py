@@ -117,9 +117,9 @@ def test_missing_topic_exits_2_naming_it(broker: Broker) -> None:
 
 
 def test_unknown_assignor_is_a_config_error() -> None:
-    from fairstream import App, ConfigError
+    from fairstream import App, ConfigError, ParallelRebalance
 
     with pytest.raises(ConfigError, match="unknown assignment strategy; choose one of"):
         App(bootstrap="127.0.0.1:9092", group_id="g", assignor="fastest")
-    with pytest.raises(ConfigError, match="parallel_rebalance_threshold=-1: must be >= 0"):
-        App(bootstrap="127.0.0.1:9092", group_id="g", parallel_rebalance_threshold=-1)
+    with pytest.raises(ConfigError, match=r"parallel_rebalance\.threshold=-1: must be >= 0"):
+        ParallelRebalance(threshold=-1)

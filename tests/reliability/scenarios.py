@@ -36,6 +36,7 @@ from fairstream import (
     App,
     ConsumerConfig,
     FairstreamError,
+    ParallelRebalance,
     Record,
     RetryPolicy,
     SchedulerConfig,
@@ -211,8 +212,7 @@ def _sink_app(
         bootstrap=bootstrap,
         group_id=group,
         instance_id=name if static else None,
-        parallel_rebalance=parallel_rebalance,
-        parallel_rebalance_threshold=1_000,
+        parallel_rebalance=ParallelRebalance(threshold=1_000) if parallel_rebalance else False,
         consumer=ConsumerConfig(session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=1_000),
         scheduler=SchedulerConfig(commit_interval=0.2, partition_quota=50, max_batch=200),
     )

@@ -23,7 +23,14 @@ from typing import Any
 
 import anyio
 
-from fairstream import App, ConsumerConfig, Record, SchedulerConfig, SecurityConfig
+from fairstream import (
+    App,
+    ConsumerConfig,
+    ParallelRebalance,
+    Record,
+    SchedulerConfig,
+    SecurityConfig,
+)
 from tests.reliability.checker import Sink
 
 
@@ -42,8 +49,9 @@ def build() -> App:
         group_id=env.get("SINK_GROUP_ID", "sink"),
         ack="manual" if flush else "auto",
         assignor=env.get("SINK_ASSIGNOR", "fair"),
-        parallel_rebalance=env.get("SINK_PARALLEL_REBALANCE") == "1",
-        parallel_rebalance_threshold=int(env.get("SINK_THRESHOLD", "10000")),
+        parallel_rebalance=ParallelRebalance(threshold=int(env.get("SINK_THRESHOLD", "10000")))
+        if env.get("SINK_PARALLEL_REBALANCE") == "1"
+        else False,
         consumer=ConsumerConfig(
             session_timeout_ms=int(env.get("SINK_SESSION_TIMEOUT_MS", "10000")),
             heartbeat_interval_ms=1_000,

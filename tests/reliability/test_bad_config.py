@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from fairstream import App, ConfigError, Record, SchedulerConfig
+from fairstream import App, ConfigError, ParallelRebalance, Record, SchedulerConfig
 from fairstream.testing import free_port
 from tests.conftest import Broker
 
@@ -56,8 +56,8 @@ def _assert_one_clear_line(result: subprocess.CompletedProcess[str], *needles: s
             id="unknown-assignor",
         ),
         pytest.param(
-            {"SINK_THRESHOLD": "-1"},
-            ("parallel_rebalance_threshold=-1", "must be >= 0"),
+            {"SINK_THRESHOLD": "-1", "SINK_PARALLEL_REBALANCE": "1"},
+            ("parallel_rebalance.threshold=-1", "must be >= 0"),
             id="negative-threshold",
         ),
     ],
@@ -113,8 +113,12 @@ def test_unreachable_bootstrap_is_one_stderr_line(tmp_path: Path) -> None:
             id="unknown-assignor",
         ),
         pytest.param(
-            lambda: App(bootstrap="127.0.0.1:1", group_id="g", parallel_rebalance_threshold=-5),
-            "parallel_rebalance_threshold=-5: must be >= 0",
+            lambda: App(
+                bootstrap="127.0.0.1:1",
+                group_id="g",
+                parallel_rebalance=ParallelRebalance(threshold=-5),
+            ),
+            "parallel_rebalance.threshold=-5: must be >= 0",
             id="negative-threshold",
         ),
         pytest.param(

@@ -16,15 +16,14 @@ from pathlib import Path
 
 import anyio
 
-from fairstream import App, Record, SchedulerConfig
+from fairstream import App, ParallelRebalance, Record, SchedulerConfig
 
 SINK = Path(os.environ["SHADOW_SINK"])
 DELAY = float(os.environ.get("SHADOW_REPLAY_DELAY", "0"))
 
 app = App(
     group_id=os.environ["FAIRSTREAM_GROUP_ID"],
-    parallel_rebalance=True,
-    parallel_rebalance_threshold=500,
+    parallel_rebalance=ParallelRebalance(threshold=500),
     scheduler=SchedulerConfig(commit_interval=0.2, partition_quota=50, max_batch=100),
 )
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fairstream import App
+from fairstream import App, ParallelRebalance
 from fairstream.errors import ConfigError
 from fairstream.ranges import METADATA_LIMIT, OffsetRange, decode_shadow, encode_shadow
 from fairstream.runtime._offsets import OffsetTracker, clip_below
@@ -218,5 +218,12 @@ def test_parallel_rebalance_needs_automatic_commits() -> None:
 
 
 def test_a_negative_handoff_threshold_is_refused() -> None:
-    with pytest.raises(ConfigError, match="shadow_handoff_threshold=-1: must be >= 0"):
-        App(group_id="g", bootstrap="k:9092", shadow_handoff_threshold=-1)
+    with pytest.raises(ConfigError, match=r"handoff_threshold=-1: must be >= 0"):
+        ParallelRebalance(handoff_threshold=-1)
+
+
+def test_parallel_rebalance_takes_a_bool_or_its_settings() -> None:
+    app = App(group_id="g", bootstrap="k:9092", parallel_rebalance=True)
+    assert app.parallel_rebalance == ParallelRebalance()
+    with pytest.raises(ConfigError, match="must be a bool or a ParallelRebalance"):
+        App(group_id="g", bootstrap="k:9092", parallel_rebalance=500)  # type: ignore[arg-type]

@@ -24,7 +24,8 @@ import pytest
 from aiokafka import TopicPartition
 from structlog.testing import capture_logs
 
-from fairstream import App, Record, SchedulerConfig
+from fairstream import App, ParallelRebalance, Record, SchedulerConfig
+from fairstream.config import ShadowHandoff
 from fairstream.ranges import OffsetRange, decode_shadow
 from fairstream.runtime._admin import BrokerAdmin
 from tests.conftest import Broker
@@ -104,6 +105,7 @@ def _app(
     name: str = "only",
     replay_delay: float = 0.0,
     threshold: int = 500,
+    handoff: ShadowHandoff | None = None,
     **options: Any,
 ) -> App:
     """A parallel-rebalance member whose handler reports to ``seen``.
@@ -114,8 +116,9 @@ def _app(
         bootstrap=broker.bootstrap,
         group_id=group_id,
         instance_id=broker.instance_id(name),
-        parallel_rebalance=True,
-        parallel_rebalance_threshold=threshold,
+        parallel_rebalance=ParallelRebalance(
+            threshold=threshold, handoff=handoff, handoff_threshold=500
+        ),
         scheduler=SchedulerConfig(commit_interval=0.2, partition_quota=50, max_batch=100),
         **options,
     )
@@ -327,8 +330,7 @@ async def test_large_ranges_go_to_the_shadow_handoff(
         topic,
         seen,
         threshold=100,
-        shadow_handoff=handoff,
-        shadow_handoff_threshold=500,
+        handoff=handoff,
     )
     live = _values("l", 1, 50)
     async with app:

@@ -9,7 +9,7 @@ import pytest
 from aiokafka import TopicPartition
 from pyspark.sql import SparkSession
 
-from fairstream import App, Record, SchedulerConfig
+from fairstream import App, ParallelRebalance, Record, SchedulerConfig
 from fairstream.runtime._admin import BrokerAdmin
 from fairstream.spark.handoff import spark_shadow_handoff
 from tests.conftest import Broker
@@ -27,12 +27,13 @@ async def test_a_large_shadow_range_is_backfilled_on_spark(
     app = App(
         bootstrap=noida.bootstrap,
         group_id=group_id,
-        parallel_rebalance=True,
-        parallel_rebalance_threshold=100,
-        shadow_handoff=spark_shadow_handoff(
-            bootstrap=noida.bootstrap, group_id=group_id, handler=recorder(tmp_path), chunk=200
+        parallel_rebalance=ParallelRebalance(
+            threshold=100,
+            handoff=spark_shadow_handoff(
+                bootstrap=noida.bootstrap, group_id=group_id, handler=recorder(tmp_path), chunk=200
+            ),
+            handoff_threshold=500,
         ),
-        shadow_handoff_threshold=500,
         scheduler=SchedulerConfig(commit_interval=0.2),
     )
     live: list[tuple[int, bool]] = []
