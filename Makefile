@@ -22,7 +22,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check fairstream tests examples benchmarks
 
 typecheck: $(STAMP)
-	$(BIN)/mypy fairstream
+	$(BIN)/mypy fairstream tests/typing
 
 test: lint typecheck
 	$(BIN)/pytest

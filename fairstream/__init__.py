@@ -57,3 +57,17 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def _show_public_paths() -> None:
+    """Reprs, tracebacks and docs say ``fairstream.App``, where users import it from.
+
+    The way trio and anyio fix up their re-exports; the classes stay where they are.
+    """
+    for name in __all__:
+        obj = globals()[name]
+        if isinstance(obj, type) or callable(obj):
+            obj.__module__ = __name__
+
+
+_show_public_paths()

@@ -41,7 +41,8 @@ def _check_types(config: object, prefix: str = "") -> None:
     task group, far from the mistake. ints must be ints (a bool is not one), floats
     finite numbers, and Literal fields one of their values.
     """
-    hints = typing.get_type_hints(type(config))
+    # This module's names: the public classes say they live in ``fairstream``.
+    hints = typing.get_type_hints(type(config), globalns=globals())
     for name in (f.name for f in fields(config)):  # type: ignore[arg-type]
         value = getattr(config, name)
         hint = hints[name]

@@ -140,3 +140,12 @@ def test_nothing_imports_the_cli() -> None:
         if path.name not in ("cli.py", "__main__.py") and "fairstream.cli" in _imports(path)
     ]
     assert not offenders
+
+
+@pytest.mark.parametrize("module", ["fairstream", "fairstream.testing"])
+def test_public_names_show_their_public_path(module: str) -> None:
+    mod = importlib.import_module(module)
+    classes = [getattr(mod, name) for name in mod.__all__ if isinstance(getattr(mod, name), type)]
+    assert classes
+    assert {cls.__module__ for cls in classes} == {module}
+    assert repr(fairstream.App).startswith("<class 'fairstream.App'")

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar, final
+from typing import Any, Literal, TypeVar, final, overload
 
 import anyio
 import anyio.abc
@@ -39,6 +39,8 @@ __all__ = ["App", "Health"]
 log = structlog.get_logger(__name__)
 
 H = TypeVar("H", bound=Callable[..., Awaitable[None]])
+RecordHandler = TypeVar("RecordHandler", bound=Callable[[Record[Any]], Awaitable[None]])
+BatchHandler = TypeVar("BatchHandler", bound=Callable[[list[Record[Any]]], Awaitable[None]])
 
 ClientsFactory = Callable[["App", list[Subscriber]], KafkaClients]
 
@@ -131,6 +133,42 @@ class App:
         )
 
     # --- registration ---------------------------------------------------------------
+
+    @overload
+    def subscriber(
+        self,
+        *topics: str,
+        batch: Literal[False] = False,
+        max_batch: int | None = None,
+        decoder: Decoder[Any] | None = None,
+        retry: RetryPolicy | None = None,
+        dead_letter: DeadLetterPolicy | None = None,
+        parallel_rebalance: bool | ParallelRebalance | None = None,
+    ) -> Callable[[RecordHandler], RecordHandler]: ...
+
+    @overload
+    def subscriber(
+        self,
+        *topics: str,
+        batch: Literal[True],
+        max_batch: int | None = None,
+        decoder: Decoder[Any] | None = None,
+        retry: RetryPolicy | None = None,
+        dead_letter: DeadLetterPolicy | None = None,
+        parallel_rebalance: bool | ParallelRebalance | None = None,
+    ) -> Callable[[BatchHandler], BatchHandler]: ...
+
+    @overload
+    def subscriber(
+        self,
+        *topics: str,
+        batch: bool = False,
+        max_batch: int | None = None,
+        decoder: Decoder[Any] | None = None,
+        retry: RetryPolicy | None = None,
+        dead_letter: DeadLetterPolicy | None = None,
+        parallel_rebalance: bool | ParallelRebalance | None = None,
+    ) -> Callable[[H], H]: ...
 
     def subscriber(
         self,

@@ -4,3 +4,7 @@ from fairstream.testing._broker import ENGINES, EmbeddedBroker, Engine, EngineIn
 from fairstream.testing._memory import MemoryBroker
 
 __all__ = ["ENGINES", "EmbeddedBroker", "Engine", "EngineInfo", "MemoryBroker", "free_port"]
+
+for _name in __all__:
+    if isinstance(_public := globals()[_name], type) or callable(_public):
+        _public.__module__ = __name__  # reprs and docs show fairstream.testing.MemoryBroker
