@@ -20,9 +20,9 @@ from typing import Literal, final
 
 import structlog
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.coordinator.protocol import ConsumerProtocol
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from fairstream.assign import Assignment, GroupSnapshot
 from fairstream.config import SecurityConfig
@@ -122,6 +122,8 @@ class BrokerAdmin:
     """A connection for planning queries; ``async with BrokerAdmin(bootstrap) as admin:``.
 
     Holds one admin client and one group-less consumer (for fetch high watermarks).
+    One per app: the member's clients (KIP-333 reads, dead-letter topics) and its lag
+    assignor share it, so a member holds one admin connection, not one per use.
     """
 
     def __init__(
@@ -259,6 +261,26 @@ class BrokerAdmin:
         except KafkaError as exc:
             raise self._error("could not read log start offsets", exc) from exc
         return offsets
+
+    async def offset_bounds(
+        self, partitions: Iterable[TopicPartition], *, timeout_s: float = 30.0
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """(log start, end offset) of each partition: what is retained, and where it ends."""
+        wanted = sorted(set(partitions))
+        ends = await self.end_offsets(wanted, timeout_s=timeout_s)
+        starts = await self.log_start_offsets(wanted)
+        return {tp: (starts[tp], ends[tp]) for tp in wanted}
+
+    async def create_topics(self, partitions: Mapping[str, int]) -> None:
+        """Create topics with the given partition counts; ones that exist are left alone."""
+        admin, _ = self._clients()
+        new = [NewTopic(topic, count, 1) for topic, count in sorted(partitions.items())]
+        try:
+            await admin.create_topics(new)
+        except TopicAlreadyExistsError:
+            pass
+        except KafkaError as exc:
+            raise self._error(f"could not create topics {sorted(partitions)}", exc) from exc
 
     async def committed_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition]

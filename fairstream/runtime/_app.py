@@ -26,6 +26,7 @@ from fairstream.config import (
     from_env,
 )
 from fairstream.errors import ConfigError, FairstreamError, HandlerAborted
+from fairstream.runtime._admin import BrokerAdmin
 from fairstream.runtime._assignors import make_assignor
 from fairstream.runtime._clients import AIOKafkaClients, KafkaClients
 from fairstream.runtime._decode import Decoder, decoder_for
@@ -457,4 +458,5 @@ def _aiokafka_clients(app: App, subscribers: list[Subscriber]) -> KafkaClients:
         ),
         instance_id=app.instance_id,
         dead_letter_topics=dead_letter_topics,
+        admin=BrokerAdmin(app.bootstrap, security=app.security),
     )

@@ -13,7 +13,6 @@ optional Protocol: clients without it (the in-memory kit, for now) consume plain
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol, runtime_checkable
@@ -21,17 +20,15 @@ from typing import Any, Protocol, runtime_checkable
 import anyio
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import (
     KafkaConnectionError,
     KafkaError,
     MessageSizeTooLargeError,
-    TopicAlreadyExistsError,
 )
 
 from fairstream.config import ConsumerConfig, SecurityConfig
 from fairstream.errors import BrokerError, ConfigError
-from fairstream.runtime._admin import high_watermarks
+from fairstream.runtime._admin import BrokerAdmin
 from fairstream.runtime._assignors import PlanningAssignor
 from fairstream.runtime._dead_letter import dead_letter_copies
 from fairstream.runtime._direct_records import build_records_directly
@@ -171,6 +168,7 @@ class AIOKafkaClients:
         assignor: PlanningAssignor,
         instance_id: str | None,
         dead_letter_topics: Mapping[str, str],
+        admin: BrokerAdmin,
     ) -> None:
         self.bootstrap = bootstrap
         self.group_id = group_id
@@ -185,7 +183,7 @@ class AIOKafkaClients:
         self._producer = AIOKafkaProducer(
             **common, client_id=f"{consumer_config.client_id}-producer"
         )
-        self._admin: AIOKafkaAdminClient | None = None
+        self._admin = admin
         self._subscription: tuple[list[str], ConsumerRebalanceListener] | None = None
 
     def _group_consumer(self) -> AIOKafkaConsumer:
@@ -281,18 +279,12 @@ class AIOKafkaClients:
         wanted = {dlq: src for src, dlq in self._dead_letter_topics.items() if dlq not in existing}
         if not wanted:
             return
-        new = []
-        for dlq, source in sorted(wanted.items()):
-            partitions = self._consumer.partitions_for_topic(source) or {0}
-            new.append(NewTopic(dlq, len(partitions), 1))
-        admin = AIOKafkaAdminClient(**self._common)
-        await admin.start()
-        try:
-            await admin.create_topics(new)
-        except TopicAlreadyExistsError:
-            pass
-        finally:
-            await admin.close()
+        partitions = {
+            dlq: len(self._consumer.partitions_for_topic(source) or {0})
+            for dlq, source in wanted.items()
+        }
+        await self._admin.start()
+        await self._admin.create_topics(partitions)
         log.info("dead_letter_topics_created", topics=sorted(wanted))
 
     async def publish(
@@ -365,49 +357,19 @@ class AIOKafkaClients:
         )
 
     async def committed_offsets(self, tps: Collection[TP]) -> dict[TP, tuple[int, str] | None]:
-        if self._admin is None:
-            admin = AIOKafkaAdminClient(**self._common, client_id=f"{self._config.client_id}-admin")
-            await self._start(admin, "admin client")
-            self._admin = admin
-        # Name the partitions: tansu fails an OffsetFetch for "all partitions".
-        wanted = [TopicPartition(*tp) for tp in sorted(tps)]
-        try:
-            found = await self._admin.list_consumer_group_offsets(self.group_id, partitions=wanted)
-        except KafkaError as exc:
-            raise _read_error(self, "the committed offsets", exc) from exc
-        result: dict[TP, tuple[int, str] | None] = dict.fromkeys(sorted(tps))
-        for tp, meta in found.items():
-            if meta.offset >= 0:
-                result[tp.topic, tp.partition] = (meta.offset, meta.metadata or "")
-        return result
+        await self._admin.start()
+        found = await self._admin.committed_offsets(
+            self.group_id, [TopicPartition(*tp) for tp in tps]
+        )
+        return {
+            (tp.topic, tp.partition): None if c is None else (c.offset, c.metadata)
+            for tp, c in found.items()
+        }
 
-    async def offset_bounds(
-        self, tps: Collection[TP], *, timeout_s: float = 30.0
-    ) -> dict[TP, tuple[int, int]]:
-        # The end is a fetch's high watermark, not ListOffsets(latest): tansu answers
-        # the latter with the last batch's base offset + 1 (see runtime/_admin.py).
-        # A fresh consumer each time, stopped while still assigned: aiokafka 0.14's
-        # fetcher swallows the cancellation of a stop() that comes right after an
-        # unsubscribe() or a new assign() with a fetch in flight, and stop() hangs.
-        wanted = [TopicPartition(*tp) for tp in sorted(tps)]
-        # Assigned, it starts at ListOffsets(latest) (at or before the true end on
-        # every engine), so its first fetch reads at most a batch; at the end there
-        # is nothing to read, so the broker should not wait for data either.
-        probe = self._group_less_consumer("bounds", reset="latest", fetch_max_wait_ms=10)
-        deadline = time.monotonic() + timeout_s
-        try:
-            await probe.start()
-            probe.assign(wanted)
-            starts = await probe.beginning_offsets(wanted)
-            ends = await high_watermarks(
-                probe, wanted, deadline=deadline, bootstrap=self.bootstrap, poll_ms=20
-            )
-            return {(tp.topic, tp.partition): (starts[tp], ends[tp]) for tp in wanted}
-        except KafkaError as exc:
-            raise _read_error(self, "the end offsets", exc) from exc
-        finally:
-            with anyio.CancelScope(shield=True):
-                await probe.stop()
+    async def offset_bounds(self, tps: Collection[TP]) -> dict[TP, tuple[int, int]]:
+        await self._admin.start()
+        found = await self._admin.offset_bounds(TopicPartition(*tp) for tp in tps)
+        return {(tp.topic, tp.partition): bounds for tp, bounds in found.items()}
 
     def seek(self, tp: TP, offset: int) -> None:
         self._consumer.seek(TopicPartition(*tp), offset)
@@ -434,11 +396,7 @@ class AIOKafkaClients:
         Both are stopped even if their start failed: aiokafka needs stop() to release
         what start() opened, or it warns about unclosed clients at exit.
         """
-        admin, self._admin = self._admin, None
-        closers = [self._consumer.stop, self._producer.stop]
-        if admin is not None:
-            closers.insert(0, admin.close)
-        for close in closers:
+        for close in (self._admin.aclose, self._consumer.stop, self._producer.stop):
             await _stop_quietly(close)
         await self._assignor.aclose()
 
