@@ -35,6 +35,24 @@ def _bootstrap_default() -> str | None:
     return os.environ.get("FAIRSTREAM_BOOTSTRAP") or None
 
 
+def _check_bootstrap(bootstrap: str) -> str:
+    """Refuse a malformed ``HOST[:PORT],...`` before aiokafka turns it into a traceback.
+
+    aiokafka parses the list only inside ``start()``, deep in a task group, and
+    raises a bare ``ValueError`` there; checked here it becomes one line.
+    """
+    hint = "give HOST:PORT[,HOST:PORT...] with --bootstrap or FAIRSTREAM_BOOTSTRAP"
+    for server in bootstrap.split(","):
+        host, colon, port = server.strip().rpartition(":")
+        if not colon:
+            host, port = port, "9092"
+        if not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(
+                "--bootstrap", bootstrap, f"{server.strip()!r} is not HOST:PORT", hint
+            )
+    return bootstrap
+
+
 # --- broker -------------------------------------------------------------------------
 
 
@@ -269,7 +287,7 @@ def _run_lag(args: argparse.Namespace) -> int:
             "--bootstrap", None, "no cluster given", "pass --bootstrap or set FAIRSTREAM_BOOTSTRAP"
         )
     topics = sorted({t.strip() for t in (args.topics or "").split(",") if t.strip()})
-    rows = anyio.run(_read_lag, args.bootstrap, args.group, topics)
+    rows = anyio.run(_read_lag, _check_bootstrap(args.bootstrap), args.group, topics)
     if args.format == "json":
         print(json.dumps({"group": args.group, "partitions": rows}))
         return 0
@@ -302,8 +320,8 @@ async def _read_lag(bootstrap: str, group_id: str, topics: list[str]) -> list[di
     from fairstream.runtime._admin import BrokerAdmin
 
     async with BrokerAdmin(bootstrap) as admin:
+        group = await admin.describe_group(group_id)
         if not topics:
-            group = await admin.describe_group(group_id)
             topics = sorted({t for member in group.members.values() for t in member.topics})
             if not topics:
                 raise ConfigError(
@@ -321,6 +339,15 @@ async def _read_lag(bootstrap: str, group_id: str, topics: list[str]) -> list[di
         tps = [TopicPartition(t, p) for t in sorted(counts) for p in range(counts[t])]
         ends = await admin.end_offsets(tps)
         commits = await admin.committed_offsets(group_id, tps)
+    # Kafka answers "Dead" for a group it never saw, tansu "Empty": what tells an
+    # unknown (or mistyped) group from an idle one is that it holds nothing at all.
+    if not group.members and all(commit is None for commit in commits.values()):
+        raise ConfigError(
+            "--group",
+            group_id,
+            f"unknown group: no members and no committed offsets on {', '.join(topics)}",
+            "check the group id (fairstream lag shows groups that consumed these topics)",
+        )
     rows = []
     for tp in tps:
         commit = commits[tp]
@@ -444,6 +471,7 @@ def _run_whatif(args: argparse.Namespace) -> int:
             "--group needs a cluster",
             "pass --bootstrap or set FAIRSTREAM_BOOTSTRAP",
         )
+    _check_bootstrap(args.bootstrap)
     names = [args.strategy] if args.strategy else list(STRATEGIES)
     for name in names:
         resolve(name, field="--strategy")
@@ -585,6 +613,8 @@ def _run_run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
     if args.bootstrap:
         app.bootstrap = args.bootstrap
+    if app.bootstrap:
+        _check_bootstrap(app.bootstrap)
     if args.http_port is None:
         anyio.run(app.run)
     else:
