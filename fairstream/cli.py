@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fairstream._cli_kafka import add_produce, add_topic, check_bootstrap
 from fairstream.errors import ConfigError, FairstreamError
 
 if TYPE_CHECKING:
@@ -35,22 +37,20 @@ def _bootstrap_default() -> str | None:
     return os.environ.get("FAIRSTREAM_BOOTSTRAP") or None
 
 
-def _check_bootstrap(bootstrap: str) -> str:
-    """Refuse a malformed ``HOST[:PORT],...`` before aiokafka turns it into a traceback.
+def _require_extra(extra: str, *modules: str) -> None:
+    """Stop with the install command when a command's optional dependencies are missing.
 
-    aiokafka parses the list only inside ``start()``, deep in a task group, and
-    raises a bare ``ValueError`` there; checked here it becomes one line.
+    Checked before anything is imported, so the user sees one line naming the
+    extra rather than an ImportError from deep inside pyspark or the broker wheel.
     """
-    hint = "give HOST:PORT[,HOST:PORT...] with --bootstrap or FAIRSTREAM_BOOTSTRAP"
-    for server in bootstrap.split(","):
-        host, colon, port = server.strip().rpartition(":")
-        if not colon:
-            host, port = port, "9092"
-        if not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(
-                "--bootstrap", bootstrap, f"{server.strip()!r} is not HOST:PORT", hint
-            )
-    return bootstrap
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(
+            "extra",
+            extra,
+            f"not installed ({', '.join(missing)} missing)",
+            f"run: pip install 'fairstream[{extra}]'",
+        )
 
 
 # --- broker -------------------------------------------------------------------------
@@ -80,7 +80,9 @@ def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def _run_broker(args: argparse.Namespace) -> int:
-    from fairstream.testing import EmbeddedBroker
+    from fairstream.testing import ENGINES, EmbeddedBroker
+
+    _require_extra("broker", ENGINES[args.engine].package)
 
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -218,6 +220,7 @@ def _key_values(option: str, items: Sequence[str]) -> dict[str, str]:
 
 
 def _run_backfill(args: argparse.Namespace) -> int:
+    _require_extra("spark", "pyspark", "pyarrow", "confluent_kafka")
     from fairstream.spark import BackfillJob, run_backfill
     from fairstream.spark.planning import parse_bounds
 
@@ -287,7 +290,7 @@ def _run_lag(args: argparse.Namespace) -> int:
             "--bootstrap", None, "no cluster given", "pass --bootstrap or set FAIRSTREAM_BOOTSTRAP"
         )
     topics = sorted({t.strip() for t in (args.topics or "").split(",") if t.strip()})
-    rows = anyio.run(_read_lag, _check_bootstrap(args.bootstrap), args.group, topics)
+    rows = anyio.run(_read_lag, check_bootstrap(args.bootstrap), args.group, topics)
     if args.format == "json":
         print(json.dumps({"group": args.group, "partitions": rows}))
         return 0
@@ -471,7 +474,7 @@ def _run_whatif(args: argparse.Namespace) -> int:
             "--group needs a cluster",
             "pass --bootstrap or set FAIRSTREAM_BOOTSTRAP",
         )
-    _check_bootstrap(args.bootstrap)
+    check_bootstrap(args.bootstrap)
     names = [args.strategy] if args.strategy else list(STRATEGIES)
     for name in names:
         resolve(name, field="--strategy")
@@ -614,7 +617,7 @@ def _run_run(args: argparse.Namespace) -> int:
     if args.bootstrap:
         app.bootstrap = args.bootstrap
     if app.bootstrap:
-        _check_bootstrap(app.bootstrap)
+        check_bootstrap(app.bootstrap)
     if args.http_port is None:
         anyio.run(app.run)
     else:
@@ -655,7 +658,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_backfill(commands)
     _add_lag(commands)
     _add_plan(commands)
+    add_produce(commands)
     _add_run(commands)
+    add_topic(commands)
     return parser
 
 
