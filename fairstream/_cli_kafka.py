@@ -9,14 +9,13 @@ after ``fairstream broker &``. Imported only by :mod:`fairstream.cli`.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from fairstream.errors import BrokerError, ConfigError
+from fairstream.errors import BrokerError, ConfigError, describe
 
 __all__ = ["add_bootstrap", "add_produce", "add_topic", "check_bootstrap"]
 
@@ -44,13 +43,20 @@ def check_bootstrap(bootstrap: str | None) -> str:
     return bootstrap
 
 
-def add_bootstrap(parser: argparse.ArgumentParser, *, wait: bool = False) -> None:
-    """``--bootstrap`` (default ``$FAIRSTREAM_BOOTSTRAP``); ``--timeout`` for commands that wait."""
+def add_bootstrap(
+    parser: argparse.ArgumentParser, *, what: str = "the cluster", wait: bool = False
+) -> None:
+    """``--bootstrap``, and ``--timeout`` for commands that wait for the cluster.
+
+    The default (``$FAIRSTREAM_BOOTSTRAP``) lives on the top-level parser, so the
+    option works before and after the command's name; here it is SUPPRESS.
+    """
     parser.add_argument(
         "--bootstrap",
         metavar="HOST:PORT",
-        default=os.environ.get("FAIRSTREAM_BOOTSTRAP") or None,
-        help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT...] (default: $FAIRSTREAM_BOOTSTRAP)",
+        default=argparse.SUPPRESS,
+        help=f"Kafka bootstrap servers of {what}, HOST:PORT[,HOST:PORT...] "
+        "(default: $FAIRSTREAM_BOOTSTRAP)",
     )
     if wait:
         parser.add_argument(
@@ -179,7 +185,7 @@ async def _create_topic(args: argparse.Namespace) -> bool:
             )
         except KafkaError as exc:
             raise BrokerError(
-                f"creating topic {args.name!r} failed: {type(exc).__name__}: {exc}",
+                f"creating topic {args.name!r} failed: {describe(exc)}",
                 bootstrap=args.bootstrap,
             ) from exc
     for _topic, code, *message in response.topic_errors:
@@ -295,8 +301,7 @@ async def _produce(args: argparse.Namespace) -> int:
                 count += 1
         except KafkaError as exc:
             raise BrokerError(
-                f"producing to {args.topic!r} failed after {_records(count)}: "
-                f"{type(exc).__name__}: {exc}",
+                f"producing to {args.topic!r} failed after {_records(count)}: {describe(exc)}",
                 bootstrap=args.bootstrap,
             ) from exc
     return count

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.metadata
 import importlib.util
 import json
-import os
+import logging
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fairstream._cli_kafka import add_produce, add_topic, check_bootstrap
+from fairstream._cli_kafka import add_bootstrap, add_produce, add_topic, check_bootstrap
+from fairstream.config import from_env
 from fairstream.errors import ConfigError, FairstreamError
 
 if TYPE_CHECKING:
@@ -31,10 +33,6 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 Runner = Callable[[argparse.Namespace], int]
-
-
-def _bootstrap_default() -> str | None:
-    return os.environ.get("FAIRSTREAM_BOOTSTRAP") or None
 
 
 def _require_extra(extra: str, *modules: str) -> None:
@@ -127,11 +125,7 @@ def _add_backfill(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         epilog=_BACKFILL_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--bootstrap",
-        default=_bootstrap_default(),
-        help="Kafka bootstrap servers, HOST:PORT[,...] (default: $FAIRSTREAM_BOOTSTRAP)",
-    )
+    add_bootstrap(parser)
     parser.add_argument("--group", required=True, help="consumer group whose offsets to use")
     parser.add_argument(
         "--topics", required=True, help="comma-separated topics to backfill, e.g. orders,refunds"
@@ -263,12 +257,7 @@ def _add_lag(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             "committed offset still to be replayed)."
         ),
     )
-    parser.add_argument(
-        "--bootstrap",
-        metavar="HOST:PORT",
-        default=_bootstrap_default(),
-        help="Kafka bootstrap servers (default: $FAIRSTREAM_BOOTSTRAP)",
-    )
+    add_bootstrap(parser)
     parser.add_argument("--group", metavar="G", required=True, help="the consumer group")
     parser.add_argument(
         "--topics",
@@ -397,12 +386,7 @@ def _add_plan(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser.add_argument(
         "--format", choices=["json", "table"], default="table", help="output (default: table)"
     )
-    parser.add_argument(
-        "--bootstrap",
-        metavar="HOST:PORT",
-        default=_bootstrap_default(),
-        help="cluster for --group (default: $FAIRSTREAM_BOOTSTRAP)",
-    )
+    add_bootstrap(parser, what="the cluster for --group")
     parser.add_argument("--group", metavar="G", help="plan the live consumer group G (what-if)")
     parser.add_argument(
         "--auto-offset-reset",
@@ -411,7 +395,7 @@ def _add_plan(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="the group's auto.offset.reset, for partitions it never committed: latest "
         "counts them as 0 lag, earliest as everything retained (default: latest)",
     )
-    parser.set_defaults(run=_run_plan)
+    parser.set_defaults(run=_run_plan, usage=parser.format_usage())
 
 
 def _run_plan(args: argparse.Namespace) -> int:
@@ -419,6 +403,15 @@ def _run_plan(args: argparse.Namespace) -> int:
 
     if args.group is not None:
         return _run_whatif(args)
+    if args.input == "-" and sys.stdin.isatty():
+        # Nothing piped in: waiting for a JSON document typed by hand looks like a hang.
+        print(args.usage, end="", file=sys.stderr)
+        raise ConfigError(
+            "--input",
+            "-",
+            "nothing to plan: standard input is a terminal",
+            "pipe a JSON document in, give --input FILE, or plan a live group with --group G",
+        )
     if args.strategy is None:
         raise ConfigError(
             "--strategy", None, "no strategy given", f"choose one of {', '.join(STRATEGIES)}"
@@ -581,23 +574,26 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         ),
     )
     parser.add_argument("app", metavar="APP", help="the App to run, as module:attribute")
+    add_bootstrap(parser, what="the cluster, instead of the App's own bootstrap")
     parser.add_argument(
-        "--bootstrap",
-        default=_bootstrap_default(),
-        help="Kafka bootstrap servers host:port[,host:port]; overrides the App's own "
-        "(default: $FAIRSTREAM_BOOTSTRAP, else the App's)",
+        "--group-id",
+        metavar="G",
+        default=None,
+        help="consumer group to join instead of the App's group_id "
+        "(default: $FAIRSTREAM_GROUP_ID, else the App's)",
     )
     parser.add_argument(
-        "--log-format",
-        choices=["auto", "json", "console"],
-        default="auto",
-        help="log lines as JSON or for a terminal (default: auto, console on a TTY)",
+        "--assignor",
+        metavar="{range,roundrobin,sticky,fair,lag}",
+        default=None,
+        help="assignment strategy instead of the App's assignor "
+        "(default: $FAIRSTREAM_ASSIGNOR, else the App's)",
     )
     parser.add_argument(
         "--http-port",
         type=int,
         default=None,
-        help="serve /metrics (Prometheus text), /health and /ready on 127.0.0.1:PORT "
+        help="serve /metrics (Prometheus text), /health and /ready on --http-host:PORT "
         "(default: no HTTP endpoint)",
     )
     parser.add_argument(
@@ -618,11 +614,30 @@ def _run_run(args: argparse.Namespace) -> int:
         app.bootstrap = args.bootstrap
     if app.bootstrap:
         check_bootstrap(app.bootstrap)
+    _override_app(app, args)
     if args.http_port is None:
         anyio.run(app.run)
     else:
         anyio.run(_run_with_status, app, args.http_host, args.http_port)
     return 0
+
+
+def _override_app(app: App, args: argparse.Namespace) -> None:
+    """Apply --group-id and --assignor, or their FAIRSTREAM_* variables, over the App's own.
+
+    Like --bootstrap, so one app file runs as different groups per environment.
+    """
+    from fairstream.assign import resolve
+
+    group_id = args.group_id or args.env.get("group_id")
+    if group_id:
+        app.group_id = group_id
+    if args.assignor:
+        app.assignor = args.assignor
+        resolve(args.assignor, field="--assignor")
+    elif "assignor" in args.env:
+        app.assignor = args.env["assignor"]
+        resolve(app.assignor, field="FAIRSTREAM_ASSIGNOR")
 
 
 async def _run_with_status(app: App, host: str, port: int) -> None:
@@ -641,18 +656,64 @@ async def _run_with_status(app: App, host: str, port: int) -> None:
 # --- entry point --------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
+_LOG_FORMATS = ("auto", "json", "console")
+
+
+def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """Options every command takes, before or after its name.
+
+    The top-level parser holds the defaults; a command's copy defaults to
+    SUPPRESS so that it sets the option only when it is given after the name
+    (argparse would otherwise overwrite the value given before it).
+    """
+    default = None if top else argparse.SUPPRESS
+    parser.add_argument(
+        "--log-level",
+        metavar="LEVEL",
+        default=default,
+        help="log level on stderr: DEBUG, INFO, WARNING or ERROR (default: "
+        "$FAIRSTREAM_LOG_LEVEL, else INFO for 'run' and WARNING otherwise)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=_LOG_FORMATS,
+        default=default,
+        help="log lines as JSON or for a terminal (default: $FAIRSTREAM_LOG_FORMAT, else auto: "
+        "console on a terminal, JSON otherwise)",
+    )
+
+
+def _commands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """Every parser that runs a command (``topic create``, not ``topic``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                has_subcommands = any(
+                    isinstance(a, argparse._SubParsersAction) for a in sub._actions
+                )
+                yield from _commands(sub) if has_subcommands else (sub,)
+
+
+def _version() -> str:
+    try:
+        return f"fairstream {importlib.metadata.version('fairstream')}"
+    except importlib.metadata.PackageNotFoundError:
+        return "fairstream (not installed, version unknown: pip install the project)"
+
+
+def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """The ``fairstream`` parser; ``env`` is :func:`fairstream.config.from_env`'s reading."""
+    env = from_env() if env is None else env
     parser = argparse.ArgumentParser(
         prog="fairstream",
         description="Fair, rebalance-friendly Kafka consumers: tools for planning, running "
-        "and testing fairstream apps.",
+        "and testing fairstream apps. Options may come before or after the command; "
+        "FAIRSTREAM_* environment variables give their defaults (see the README).",
     )
-    parser.add_argument(
-        "--log-level",
-        default=None,
-        help="log level on stderr: DEBUG, INFO, WARNING, ERROR (default: INFO for 'run', "
-        "WARNING otherwise)",
-    )
+    parser.add_argument("--version", action="version", version=_version())
+    _add_common(parser, top=True)
+    add_bootstrap(parser, what="the cluster, for the commands that use one")
+    parser.set_defaults(bootstrap=env.get("bootstrap"), env=env)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_broker(commands)
     _add_backfill(commands)
@@ -661,21 +722,42 @@ def build_parser() -> argparse.ArgumentParser:
     add_produce(commands)
     _add_run(commands)
     add_topic(commands)
+    for command in _commands(parser):
+        _add_common(command, top=False)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _configure_logs(args: argparse.Namespace) -> None:
+    """Level and format: the options, else FAIRSTREAM_LOG_LEVEL/_FORMAT, else the defaults."""
     from fairstream import logs
 
-    level = args.log_level or getattr(args, "log_level_default", "WARNING")
-    logs.configure(getattr(args, "log_format", "auto"), level)
+    level, field = args.log_level, "--log-level"
+    if level is None:
+        level, field = args.env.get("log_level"), "FAIRSTREAM_LOG_LEVEL"
+    if level is None:
+        level = getattr(args, "log_level_default", "WARNING")
+    if level.upper() not in logging.getLevelNamesMapping():
+        raise ConfigError(field, level, "unknown log level", "use DEBUG, INFO, WARNING or ERROR")
+    fmt = args.log_format or args.env.get("log_format", "auto")
+    if fmt not in _LOG_FORMATS:
+        raise ConfigError(
+            "FAIRSTREAM_LOG_FORMAT",
+            fmt,
+            "unknown log format",
+            f"use one of {', '.join(_LOG_FORMATS)}",
+        )
+    logs.configure(fmt, level.upper())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     run: Runner = args.run
+    command = " ".join(filter(None, (args.command, getattr(args, "action", None))))
     try:
+        _configure_logs(args)
         return run(args)
     except FairstreamError as exc:
-        print(f"fairstream {args.command}: error: {exc}", file=sys.stderr)
+        print(f"fairstream {command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -100,7 +100,7 @@ def test_table_shows_members_counts_lags_and_figures(
             "choose one of range, roundrobin, sticky, fair, lag",
             id="unknown-strategy",
         ),
-        pytest.param([], "{}", "--strategy=None: no strategy given", id="no-strategy"),
+        pytest.param([], "{}", "--strategy: no strategy given", id="no-strategy"),
         pytest.param(
             ["--strategy", "lag"],
             json.dumps({**KAFKA5337, "lag": {"t0": [1, -5, 0]}}),

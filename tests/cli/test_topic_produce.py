@@ -48,7 +48,7 @@ def test_topic_create_from_the_environment_then_exists(
     status, out, err = _cli(capsys, "topic", "create", topic, "--partitions", "4")
     assert (status, out) == (2, "")
     assert err == (
-        f"fairstream topic: error: topic={topic!r}: exists already; "
+        f"fairstream topic create: error: topic={topic!r}: exists already; "
         "pass --if-not-exists to accept that\n"
     )
     status, out, _ = _cli(capsys, "topic", "create", topic, "--if-not-exists")
