@@ -164,7 +164,10 @@ def add_plan(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--input",
         metavar="FILE|-",
         default="-",
-        help="JSON document to plan (default: - for stdin); see examples/plan_whatif.json",
+        help="JSON document to plan (default: - for stdin), e.g. "
+        '{"members": {"c0": ["t1"], "c1": ["t1"]}, "partitions": {"t1": 3}, '
+        '"lag": {"t1": [900, 50, 60]}, "previous": {"c0": {"t1": [0]}}}; lag and previous '
+        "are optional",
     )
     parser.add_argument(
         "--format", choices=["json", "table"], default="table", help="output (default: table)"

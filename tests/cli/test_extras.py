@@ -8,6 +8,7 @@ the repository. About 25 s with a warm pip cache.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -92,3 +93,27 @@ def test_the_venv_really_lacks_the_other_extras(broker_venv: Path) -> None:
         "fairstream backfill: error: extra='spark': not installed (pyspark, pyarrow, "
         "confluent_kafka missing); run: pip install 'fairstream[spark]'\n"
     )
+
+
+def test_the_installed_package_carries_its_license_and_classifiers(broker_venv: Path) -> None:
+    script = (
+        "import importlib.metadata as m, json; d = m.distribution('fairstream'); "
+        "print(json.dumps({'license': d.metadata['License-Expression'], "
+        "'files': [f.name for f in d.files or () if 'dist-info' in str(f)], "
+        "'classifiers': d.metadata.get_all('Classifier'), 'typed': any("
+        "f.name == 'py.typed' for f in d.files or ())}))"
+    )
+    result = subprocess.run(
+        [broker_venv / "python", "-c", script],
+        cwd=broker_venv,  # not the checkout: its sources must not shadow the installed package
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    found = json.loads(result.stdout)
+    assert found["license"] == "Apache-2.0"
+    assert "LICENSE" in found["files"]
+    assert "Typing :: Typed" in found["classifiers"] and found["typed"]
+    assert (REPO / "LICENSE").read_text().split()[:4] == ["Apache", "License", "Version", "2.0,"]
