@@ -1,18 +1,22 @@
-# Two entry points: `make demo` and `make test`. Both create or refresh .venv first.
+# Entry points: `make demo`, `make test` and `make install` (the venv alone, for the
+# README's first app: `make install && . .venv/bin/activate`). Each creates or
+# refreshes .venv first.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck clean
+.PHONY: install demo test lint typecheck clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py

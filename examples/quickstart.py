@@ -1,7 +1,10 @@
 """The smallest fairstream service: JSON orders, one record at a time.
 
-    fairstream broker &                      # or your own Kafka
-    FAIRSTREAM_BOOTSTRAP=127.0.0.1:PORT fairstream run quickstart:app
+    fairstream broker --port 9092 &              # or your own Kafka
+    export FAIRSTREAM_BOOTSTRAP=127.0.0.1:9092
+    fairstream topic create orders --partitions 3
+    fairstream run quickstart:app &
+    fairstream produce orders '{"amount": 42}'
 
 Settings come from the environment so the same file runs anywhere:
 FAIRSTREAM_BOOTSTRAP, FAIRSTREAM_GROUP_ID (default ``quickstart``) and

@@ -1,38 +1,51 @@
 """The ``fairstream`` command: parse arguments, call the library, print.
 
 Each subcommand has an ``_add_<name>`` that declares its options and a
-``_run_<name>`` that does the work. A :class:`FairstreamError` becomes one line on
-stderr and exit status 2; anything else keeps its traceback, because it is a bug.
+``_run_<name>`` that does the work: ``broker``, ``backfill`` and ``run`` here, ``lag``
+and ``plan`` in :mod:`fairstream._cli_groups`, ``topic`` and ``produce`` in
+:mod:`fairstream._cli_kafka`. A :class:`FairstreamError` becomes one line on stderr
+and exit status 2; anything else keeps its traceback, because it is a bug.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
-import os
+import importlib.metadata
+import importlib.util
+import logging
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
+from fairstream._cli_groups import add_lag, add_plan
+from fairstream._cli_kafka import add_bootstrap, add_produce, add_topic, check_bootstrap
+from fairstream.config import from_env
 from fairstream.errors import ConfigError, FairstreamError
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
     from fairstream import App
-    from fairstream.assign import Assignment, GroupSnapshot, PlanStats
 
 __all__ = ["main"]
 
 Runner = Callable[[argparse.Namespace], int]
 
 
-def _bootstrap_default() -> str | None:
-    return os.environ.get("FAIRSTREAM_BOOTSTRAP") or None
+def _require_extra(extra: str, *modules: str) -> None:
+    """Stop with the install command when a command's optional dependencies are missing.
+
+    Checked before anything is imported, so the user sees one line naming the
+    extra rather than an ImportError from deep inside pyspark or the broker wheel.
+    """
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(
+            "extra",
+            extra,
+            f"not installed ({', '.join(missing)} missing)",
+            f"run: pip install 'fairstream[{extra}]'",
+        )
 
 
 # --- broker -------------------------------------------------------------------------
@@ -62,7 +75,9 @@ def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def _run_broker(args: argparse.Namespace) -> int:
-    from fairstream.testing import EmbeddedBroker
+    from fairstream.testing import ENGINES, EmbeddedBroker
+
+    _require_extra("broker", ENGINES[args.engine].package)
 
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -107,11 +122,7 @@ def _add_backfill(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         epilog=_BACKFILL_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--bootstrap",
-        default=_bootstrap_default(),
-        help="Kafka bootstrap servers, HOST:PORT[,...] (default: $FAIRSTREAM_BOOTSTRAP)",
-    )
+    add_bootstrap(parser)
     parser.add_argument("--group", required=True, help="consumer group whose offsets to use")
     parser.add_argument(
         "--topics", required=True, help="comma-separated topics to backfill, e.g. orders,refunds"
@@ -200,6 +211,7 @@ def _key_values(option: str, items: Sequence[str]) -> dict[str, str]:
 
 
 def _run_backfill(args: argparse.Namespace) -> int:
+    _require_extra("spark", "pyspark", "pyarrow", "confluent_kafka")
     from fairstream.spark import BackfillJob, run_backfill
     from fairstream.spark.planning import parse_bounds
 
@@ -228,313 +240,6 @@ def _run_backfill(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- lag ----------------------------------------------------------------------------
-
-
-def _add_lag(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser(
-        "lag",
-        help="show a group's committed offset, end offset, lag and open shadow ranges",
-        description=(
-            "Per partition of the group's topics: the committed offset, the end offset (a "
-            "fetch's high watermark), the lag between them, and the KIP-333 shadow ranges "
-            "left open in the commit metadata by parallel rebalance (records below the "
-            "committed offset still to be replayed)."
-        ),
-    )
-    parser.add_argument(
-        "--bootstrap",
-        metavar="HOST:PORT",
-        default=_bootstrap_default(),
-        help="Kafka bootstrap servers (default: $FAIRSTREAM_BOOTSTRAP)",
-    )
-    parser.add_argument("--group", metavar="G", required=True, help="the consumer group")
-    parser.add_argument(
-        "--topics",
-        metavar="T1,T2",
-        default=None,
-        help="comma-separated topics (default: those the group's members subscribe to)",
-    )
-    parser.add_argument(
-        "--format", choices=["json", "table"], default="table", help="output (default: table)"
-    )
-    parser.set_defaults(run=_run_lag)
-
-
-def _run_lag(args: argparse.Namespace) -> int:
-    import anyio
-
-    if not args.bootstrap:
-        raise ConfigError(
-            "--bootstrap", None, "no cluster given", "pass --bootstrap or set FAIRSTREAM_BOOTSTRAP"
-        )
-    topics = sorted({t.strip() for t in (args.topics or "").split(",") if t.strip()})
-    rows = anyio.run(_read_lag, args.bootstrap, args.group, topics)
-    if args.format == "json":
-        print(json.dumps({"group": args.group, "partitions": rows}))
-        return 0
-    table = _table(f"group {args.group}: lag per partition", "topic")
-    for column in ("partition", "committed", "end", "lag", "shadow records"):
-        table.add_column(column, justify="right")
-    table.add_column("shadow ranges")
-
-    def number(value: int | None) -> str:
-        return "-" if value is None else f"{value:,}"
-
-    for row in rows:
-        table.add_row(
-            row["topic"],
-            str(row["partition"]),
-            number(row["committed"]),
-            number(row["end"]),
-            number(row["lag"]),
-            number(row["shadow_records"]),
-            " ".join(f"[{a:,}, {b:,})" for a, b in row["shadow"]) or "-",
-        )
-    _print(table)
-    return 0
-
-
-async def _read_lag(bootstrap: str, group_id: str, topics: list[str]) -> list[dict[str, Any]]:
-    from aiokafka import TopicPartition
-
-    from fairstream.ranges import decode_shadow
-    from fairstream.runtime._admin import BrokerAdmin
-
-    async with BrokerAdmin(bootstrap) as admin:
-        if not topics:
-            group = await admin.describe_group(group_id)
-            topics = sorted({t for member in group.members.values() for t in member.topics})
-            if not topics:
-                raise ConfigError(
-                    "--group",
-                    group_id,
-                    "has no active members to name its topics",
-                    "name them with --topics",
-                )
-        counts = await admin.partition_counts(topics)
-        missing = sorted(set(topics) - counts.keys())
-        if missing:
-            raise ConfigError(
-                "--topics", ",".join(missing), "not found on the cluster", "check the spelling"
-            )
-        tps = [TopicPartition(t, p) for t in sorted(counts) for p in range(counts[t])]
-        ends = await admin.end_offsets(tps)
-        commits = await admin.committed_offsets(group_id, tps)
-    rows = []
-    for tp in tps:
-        commit = commits[tp]
-        shadow = decode_shadow(commit.metadata) if commit is not None else []
-        rows.append(
-            {
-                "topic": tp.topic,
-                "partition": tp.partition,
-                "committed": None if commit is None else commit.offset,
-                "end": ends[tp],
-                "lag": None if commit is None else max(ends[tp] - commit.offset, 0),
-                "shadow": [[r.start, r.end] for r in shadow],
-                "shadow_records": sum(map(len, shadow)),
-            }
-        )
-    return rows
-
-
-# --- plan ---------------------------------------------------------------------------
-
-
-def _add_plan(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser(
-        "plan",
-        help="show how a strategy assigns a group's partitions, with lag figures",
-        description=(
-            "Offline: read a JSON document (members, partitions, optional lag and previous) "
-            "and print the chosen strategy's assignment with its figures. Live what-if: "
-            "with --group, read the group's members, subscriptions, current assignment and "
-            "lags from the cluster and show the current assignment beside every strategy's."
-        ),
-    )
-    parser.add_argument(
-        "--strategy",
-        metavar="{range,roundrobin,sticky,fair,lag}",
-        help="assignment strategy (required offline; with --group, show only this one)",
-    )
-    parser.add_argument(
-        "--input",
-        metavar="FILE|-",
-        default="-",
-        help="JSON document to plan (default: - for stdin); see examples/plan_whatif.json",
-    )
-    parser.add_argument(
-        "--format", choices=["json", "table"], default="table", help="output (default: table)"
-    )
-    parser.add_argument(
-        "--bootstrap",
-        metavar="HOST:PORT",
-        default=_bootstrap_default(),
-        help="cluster for --group (default: $FAIRSTREAM_BOOTSTRAP)",
-    )
-    parser.add_argument("--group", metavar="G", help="plan the live consumer group G (what-if)")
-    parser.add_argument(
-        "--auto-offset-reset",
-        choices=["latest", "earliest"],
-        default="latest",
-        help="the group's auto.offset.reset, for partitions it never committed: latest "
-        "counts them as 0 lag, earliest as everything retained (default: latest)",
-    )
-    parser.set_defaults(run=_run_plan)
-
-
-def _run_plan(args: argparse.Namespace) -> int:
-    from fairstream.assign import STRATEGIES, read_document, resolve, stats
-
-    if args.group is not None:
-        return _run_whatif(args)
-    if args.strategy is None:
-        raise ConfigError(
-            "--strategy", None, "no strategy given", f"choose one of {', '.join(STRATEGIES)}"
-        )
-    assignor = resolve(args.strategy, field="--strategy")
-    snapshot, previous = read_document(_read_input(args.input))
-    result = assignor(snapshot, previous)
-    figures = stats(snapshot, result, previous)
-    if args.format == "json":
-        document = {
-            "strategy": args.strategy,
-            "assignment": result.to_json(),
-            "stats": dataclasses.asdict(figures),
-        }
-        print(json.dumps(document))
-        return 0
-    from fairstream.assign import member_lags
-
-    lags = member_lags(snapshot, result)
-    table = _table(f"fairstream plan --strategy {args.strategy}", "member")
-    for column in ("partitions", "lag"):
-        table.add_column(column, justify="right")
-    table.add_column("assigned")
-    for member_id, topics in result.members.items():
-        table.add_row(
-            member_id, str(result.count(member_id)), f"{lags[member_id]:,}", _compact(topics)
-        )
-    _print(table, _figures_table({args.strategy: figures}))
-    return 0
-
-
-def _read_input(source: str) -> str:
-    if source == "-":
-        return sys.stdin.read()
-    try:
-        return Path(source).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise ConfigError(
-            "--input", source, f"cannot read the file ({reason})", "give a JSON file or - for stdin"
-        ) from exc
-
-
-def _run_whatif(args: argparse.Namespace) -> int:
-    import anyio
-
-    from fairstream.assign import STRATEGIES, member_lags, resolve, stats
-
-    if not args.bootstrap:
-        raise ConfigError(
-            "--bootstrap",
-            None,
-            "--group needs a cluster",
-            "pass --bootstrap or set FAIRSTREAM_BOOTSTRAP",
-        )
-    names = [args.strategy] if args.strategy else list(STRATEGIES)
-    for name in names:
-        resolve(name, field="--strategy")
-
-    async def read_group() -> tuple[GroupSnapshot, Assignment]:
-        from fairstream.runtime._admin import BrokerAdmin
-
-        async with BrokerAdmin(args.bootstrap) as admin:
-            return await admin.group_snapshot(args.group, auto_offset_reset=args.auto_offset_reset)
-
-    snapshot, current = anyio.run(read_group)
-    if not snapshot.members:
-        raise ConfigError(
-            "--group",
-            args.group,
-            "the group has no active members",
-            "start its consumers first, or plan offline with --input",
-        )
-    plans = {"current": current} | {name: STRATEGIES[name](snapshot, current) for name in names}
-    figures = {name: stats(snapshot, result, current) for name, result in plans.items()}
-    if args.format == "json":
-        document = {
-            "group": args.group,
-            "plans": {
-                name: {"assignment": result.to_json(), "stats": dataclasses.asdict(figures[name])}
-                for name, result in plans.items()
-            },
-        }
-        print(json.dumps(document))
-        return 0
-    table = _table(f"group {args.group}: partitions / lag per member", "member")
-    for name in plans:
-        table.add_column(name, justify="right")
-    lags = {name: member_lags(snapshot, result) for name, result in plans.items()}
-    for member_id in sorted(snapshot.members):
-        table.add_row(
-            member_id,
-            *(f"{plans[n].count(member_id)} / {lags[n][member_id]:,}" for n in plans),
-        )
-    _print(table, _figures_table(figures))
-    return 0
-
-
-def _table(title: str, first: str) -> Table:
-    from rich.table import Table
-
-    table = Table(title=title, title_justify="left")
-    table.add_column(first)
-    return table
-
-
-def _figures_table(figures: Mapping[str, PlanStats]) -> Table:
-    table = _table("figures", "plan")
-    for column in ("max member lag", "lower bound", "ratio", "count spread", "moved"):
-        table.add_column(column, justify="right")
-    for name, f in figures.items():
-        ratio = f.max_member_lag / f.lag_lower_bound if f.lag_lower_bound else 1.0
-        table.add_row(
-            name,
-            f"{f.max_member_lag:,}",
-            f"{f.lag_lower_bound:,.0f}",
-            f"{ratio:.3f}",
-            str(f.count_spread),
-            str(f.moved),
-        )
-    return table
-
-
-def _print(*tables: Table) -> None:
-    from rich.console import Console
-
-    console = Console()
-    for table in tables:
-        console.print(table)
-
-
-def _compact(topics: Mapping[str, tuple[int, ...]]) -> str:
-    """``t1:0-2,5 t2:1``: runs of partitions written as ranges."""
-    parts = []
-    for topic, partitions in topics.items():
-        runs: list[list[int]] = []
-        for p in partitions:
-            if runs and p == runs[-1][1] + 1:
-                runs[-1][1] = p
-            else:
-                runs.append([p, p])
-        spans = ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
-        parts.append(f"{topic}:{spans}")
-    return " ".join(parts)
-
-
 # --- run ----------------------------------------------------------------------------
 
 
@@ -550,23 +255,26 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         ),
     )
     parser.add_argument("app", metavar="APP", help="the App to run, as module:attribute")
+    add_bootstrap(parser, what="the cluster, instead of the App's own bootstrap")
     parser.add_argument(
-        "--bootstrap",
-        default=_bootstrap_default(),
-        help="Kafka bootstrap servers host:port[,host:port]; overrides the App's own "
-        "(default: $FAIRSTREAM_BOOTSTRAP, else the App's)",
+        "--group-id",
+        metavar="G",
+        default=None,
+        help="consumer group to join instead of the App's group_id "
+        "(default: $FAIRSTREAM_GROUP_ID, else the App's)",
     )
     parser.add_argument(
-        "--log-format",
-        choices=["auto", "json", "console"],
-        default="auto",
-        help="log lines as JSON or for a terminal (default: auto, console on a TTY)",
+        "--assignor",
+        metavar="{range,roundrobin,sticky,fair,lag}",
+        default=None,
+        help="assignment strategy instead of the App's assignor "
+        "(default: $FAIRSTREAM_ASSIGNOR, else the App's)",
     )
     parser.add_argument(
         "--http-port",
         type=int,
         default=None,
-        help="serve /metrics (Prometheus text), /health and /ready on 127.0.0.1:PORT "
+        help="serve /metrics (Prometheus text), /health and /ready on --http-host:PORT "
         "(default: no HTTP endpoint)",
     )
     parser.add_argument(
@@ -585,11 +293,32 @@ def _run_run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
     if args.bootstrap:
         app.bootstrap = args.bootstrap
+    if app.bootstrap:
+        check_bootstrap(app.bootstrap)
+    _override_app(app, args)
     if args.http_port is None:
         anyio.run(app.run)
     else:
         anyio.run(_run_with_status, app, args.http_host, args.http_port)
     return 0
+
+
+def _override_app(app: App, args: argparse.Namespace) -> None:
+    """Apply --group-id and --assignor, or their FAIRSTREAM_* variables, over the App's own.
+
+    Like --bootstrap, so one app file runs as different groups per environment.
+    """
+    from fairstream.assign import resolve
+
+    group_id = args.group_id or args.env.get("group_id")
+    if group_id:
+        app.group_id = group_id
+    if args.assignor:
+        app.assignor = args.assignor
+        resolve(args.assignor, field="--assignor")
+    elif "assignor" in args.env:
+        app.assignor = args.env["assignor"]
+        resolve(app.assignor, field="FAIRSTREAM_ASSIGNOR")
 
 
 async def _run_with_status(app: App, host: str, port: int) -> None:
@@ -608,39 +337,108 @@ async def _run_with_status(app: App, host: str, port: int) -> None:
 # --- entry point --------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
+_LOG_FORMATS = ("auto", "json", "console")
+
+
+def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """Options every command takes, before or after its name.
+
+    The top-level parser holds the defaults; a command's copy defaults to
+    SUPPRESS so that it sets the option only when it is given after the name
+    (argparse would otherwise overwrite the value given before it).
+    """
+    default = None if top else argparse.SUPPRESS
+    parser.add_argument(
+        "--log-level",
+        metavar="LEVEL",
+        default=default,
+        help="log level on stderr: DEBUG, INFO, WARNING or ERROR (default: "
+        "$FAIRSTREAM_LOG_LEVEL, else INFO for 'run' and WARNING otherwise)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=_LOG_FORMATS,
+        default=default,
+        help="log lines as JSON or for a terminal (default: $FAIRSTREAM_LOG_FORMAT, else auto: "
+        "console on a terminal, JSON otherwise)",
+    )
+
+
+def _commands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """Every parser that runs a command (``topic create``, not ``topic``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                has_subcommands = any(
+                    isinstance(a, argparse._SubParsersAction) for a in sub._actions
+                )
+                yield from _commands(sub) if has_subcommands else (sub,)
+
+
+def _version() -> str:
+    try:
+        return f"fairstream {importlib.metadata.version('fairstream')}"
+    except importlib.metadata.PackageNotFoundError:
+        return "fairstream (not installed, version unknown: pip install the project)"
+
+
+def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """The ``fairstream`` parser; ``env`` is :func:`fairstream.config.from_env`'s reading."""
+    env = from_env() if env is None else env
     parser = argparse.ArgumentParser(
         prog="fairstream",
         description="Fair, rebalance-friendly Kafka consumers: tools for planning, running "
-        "and testing fairstream apps.",
+        "and testing fairstream apps. Options may come before or after the command; "
+        "FAIRSTREAM_* environment variables give their defaults (see the README).",
     )
-    parser.add_argument(
-        "--log-level",
-        default=None,
-        help="log level on stderr: DEBUG, INFO, WARNING, ERROR (default: INFO for 'run', "
-        "WARNING otherwise)",
-    )
+    parser.add_argument("--version", action="version", version=_version())
+    _add_common(parser, top=True)
+    add_bootstrap(parser, what="the cluster, for the commands that use one")
+    parser.set_defaults(bootstrap=env.get("bootstrap"), env=env)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_broker(commands)
     _add_backfill(commands)
-    _add_lag(commands)
-    _add_plan(commands)
+    add_lag(commands)
+    add_plan(commands)
+    add_produce(commands)
     _add_run(commands)
+    add_topic(commands)
+    for command in _commands(parser):
+        _add_common(command, top=False)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _configure_logs(args: argparse.Namespace) -> None:
+    """Level and format: the options, else FAIRSTREAM_LOG_LEVEL/_FORMAT, else the defaults."""
     from fairstream import logs
 
-    level = args.log_level or getattr(args, "log_level_default", "WARNING")
-    logs.configure(getattr(args, "log_format", "auto"), level)
+    level, field = args.log_level, "--log-level"
+    if level is None:
+        level, field = args.env.get("log_level"), "FAIRSTREAM_LOG_LEVEL"
+    if level is None:
+        level = getattr(args, "log_level_default", "WARNING")
+    if level.upper() not in logging.getLevelNamesMapping():
+        raise ConfigError(field, level, "unknown log level", "use DEBUG, INFO, WARNING or ERROR")
+    fmt = args.log_format or args.env.get("log_format", "auto")
+    if fmt not in _LOG_FORMATS:
+        raise ConfigError(
+            "FAIRSTREAM_LOG_FORMAT",
+            fmt,
+            "unknown log format",
+            f"use one of {', '.join(_LOG_FORMATS)}",
+        )
+    logs.configure(fmt, level.upper())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     run: Runner = args.run
+    command = " ".join(filter(None, (args.command, getattr(args, "action", None))))
     try:
+        _configure_logs(args)
         return run(args)
     except FairstreamError as exc:
-        print(f"fairstream {args.command}: error: {exc}", file=sys.stderr)
+        print(f"fairstream {command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

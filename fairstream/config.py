@@ -302,10 +302,13 @@ class ParallelRebalance:
 def from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The ``FAIRSTREAM_*`` settings an entry point should apply, read once.
 
-    Returns the recognised keys in lower case without the prefix
-    (``bootstrap``, ``group_id``, ``assignor``, ``log_format``), so callers pass
-    them on explicitly instead of reading the environment deep inside the engine.
+    Returns the recognised keys that are set and not empty, in lower case without
+    the prefix, so callers pass them on explicitly instead of reading the
+    environment deep inside the engine. Where each is applied (README,
+    "Configuration"): ``bootstrap`` and ``instance_id`` by ``App()`` when not
+    given; ``bootstrap``, ``group_id``, ``assignor``, ``log_level`` and
+    ``log_format`` by the ``fairstream`` command as its options' defaults.
     """
     env = os.environ if environ is None else environ
-    keys = ("BOOTSTRAP", "GROUP_ID", "ASSIGNOR", "LOG_FORMAT", "INSTANCE_ID")
+    keys = ("BOOTSTRAP", "GROUP_ID", "ASSIGNOR", "INSTANCE_ID", "LOG_LEVEL", "LOG_FORMAT")
     return {key.lower(): env[f"FAIRSTREAM_{key}"] for key in keys if env.get(f"FAIRSTREAM_{key}")}

@@ -25,6 +25,7 @@ __all__ = [
     "FairstreamError",
     "HandlerError",
     "PlanError",
+    "describe",
 ]
 
 
@@ -36,7 +37,8 @@ class ConfigError(FairstreamError, ValueError):
     """A setting is missing or invalid.
 
     ``field`` names the setting (``"assignor"``, ``"FAIRSTREAM_BOOTSTRAP"``,
-    ``"--chunk"``), ``value`` the rejected value, ``hint`` what to do instead.
+    ``"--chunk"``), ``value`` the rejected value (``None`` when it is missing,
+    left out of the message), ``hint`` what to do instead.
     """
 
     def __init__(self, field: str, value: object, problem: str, hint: str = "") -> None:
@@ -44,7 +46,7 @@ class ConfigError(FairstreamError, ValueError):
         self.value = value
         self.problem = problem
         self.hint = hint
-        message = f"{field}={value!r}: {problem}"
+        message = f"{field}: {problem}" if value is None else f"{field}={value!r}: {problem}"
         if hint:
             message += f"; {hint}"
         super().__init__(message)
@@ -67,6 +69,18 @@ class PlanError(FairstreamError, ValueError):
         if hint:
             message += f"; {hint}"
         super().__init__(message)
+
+
+def describe(exc: BaseException) -> str:
+    """``Name: message`` for an exception wrapped into one of ours, the name once.
+
+    aiokafka's errors already start their ``str()`` with the class name, so the
+    usual ``f"{type(exc).__name__}: {exc}"`` prints it twice.
+    """
+    name, text = type(exc).__name__, str(exc)
+    if not text or text == name:
+        return name
+    return text if text.startswith(f"{name}:") else f"{name}: {text}"
 
 
 class BrokerError(FairstreamError):

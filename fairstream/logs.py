@@ -99,7 +99,8 @@ def configure(fmt: LogFormat = "auto", level: int | str = logging.INFO) -> None:
         fmt = "console" if sys.stderr.isatty() else "json"
     renderer: structlog.typing.Processor
     if fmt == "console":
-        renderer = structlog.dev.ConsoleRenderer()
+        # Colours only for a terminal: escape codes garble a file or a pipe.
+        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     else:
         renderer = structlog.processors.JSONRenderer()
     # aiokafka's own stdlib log lines repeat what fairstream reports as one event

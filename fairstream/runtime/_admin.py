@@ -26,7 +26,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from fairstream.assign import Assignment, GroupSnapshot
 from fairstream.config import SecurityConfig
-from fairstream.errors import BrokerError, ConfigError
+from fairstream.errors import BrokerError, ConfigError, describe
 
 __all__ = [
     "AutoOffsetReset",
@@ -203,7 +203,7 @@ class BrokerAdmin:
     def _error(self, what: str, exc: BaseException) -> BrokerError:
         retriable = bool(getattr(exc, "retriable", False))
         return BrokerError(
-            f"{what}: {type(exc).__name__}: {exc}", bootstrap=self.bootstrap, retriable=retriable
+            f"{what}: {describe(exc)}", bootstrap=self.bootstrap, retriable=retriable
         )
 
     async def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:

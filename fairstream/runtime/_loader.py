@@ -18,8 +18,8 @@ def load_app(spec: str) -> App:
     ``attribute`` may also name a function that takes no argument and returns an
     App, so an app can be built from configuration at start-up.
 
-    :raises ConfigError: the spec is malformed, the module or attribute is missing,
-        or it is not an App.
+    :raises ConfigError: the spec is malformed, the module (or a package it imports)
+        or the attribute is missing, or it is not an App.
     """
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
@@ -31,14 +31,7 @@ def load_app(spec: str) -> App:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name is not None and module_name.startswith(exc.name):
-            raise ConfigError(
-                "app",
-                spec,
-                f"module {module_name!r} was not found",
-                "run from the directory that holds it, or add it to PYTHONPATH",
-            ) from exc
-        raise
+        raise _not_found(spec, module_name, exc) from exc
     target = getattr(module, attribute, None)
     if target is None:
         raise ConfigError(
@@ -56,6 +49,29 @@ def load_app(spec: str) -> App:
             "point it at the App instance (or a function without arguments returning one)",
         )
     return target
+
+
+def _not_found(spec: str, module_name: str, exc: ModuleNotFoundError) -> ConfigError:
+    """Tell "your module is not on the path" from "your module imports a missing package".
+
+    ``exc.name`` is the module that could not be found: the app's own module or one
+    of its parent packages means a path problem; anything else is a dependency the
+    app imports (``redis_sink`` importing ``redis``), which must be named as such.
+    """
+    missing = exc.name
+    if missing is None or module_name == missing or module_name.startswith(f"{missing}."):
+        return ConfigError(
+            "app",
+            spec,
+            f"module {module_name!r} was not found",
+            "run from the directory that holds it, or add it to PYTHONPATH",
+        )
+    return ConfigError(
+        "app",
+        spec,
+        f"module {module_name!r} imports {missing!r}, which is not installed",
+        f"install it into this Python ({sys.executable})",
+    )
 
 
 def _is_factory(target: object) -> bool:

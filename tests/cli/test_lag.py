@@ -146,6 +146,19 @@ def test_bad_input_exits_2_with_one_line(
     assert words in err
 
 
+def test_unknown_group_is_named_not_shown_as_uncommitted(
+    broker: Broker, group_id: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = f"lag-{uuid.uuid4().hex[:10]}"
+    anyio.run(create_topic, broker.bootstrap, topic, 2)
+    status, out, err = _lag(
+        capsys, "--bootstrap", broker.bootstrap, "--group", group_id, "--topics", topic
+    )
+    assert (status, out) == (2, "")
+    assert err.count("\n") == 1
+    assert f"--group={group_id!r}: unknown group: no members and no committed offsets" in err
+
+
 def test_no_cluster_is_a_clear_error(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

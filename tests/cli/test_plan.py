@@ -100,7 +100,7 @@ def test_table_shows_members_counts_lags_and_figures(
             "choose one of range, roundrobin, sticky, fair, lag",
             id="unknown-strategy",
         ),
-        pytest.param([], "{}", "--strategy=None: no strategy given", id="no-strategy"),
+        pytest.param([], "{}", "--strategy: no strategy given", id="no-strategy"),
         pytest.param(
             ["--strategy", "lag"],
             json.dumps({**KAFKA5337, "lag": {"t0": [1, -5, 0]}}),
@@ -185,3 +185,18 @@ def test_group_without_a_cluster_is_a_clear_error(
     status, _, err = run(monkeypatch, capsys, ["--group", "g", "--bootstrap", ""])
     assert status == 2
     assert "--group needs a cluster" in err
+
+
+def test_the_document_shown_in_help_plans(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--help shows the input format inline (the examples/ folder is not in the wheel)."""
+    from fairstream.cli import build_parser
+
+    plan = build_parser()._subparsers._group_actions[0].choices["plan"]
+    (help_text,) = [a.help for a in plan._actions if a.dest == "input"]
+    document = help_text[help_text.index("{") : help_text.rindex("}") + 1]
+    monkeypatch.setattr("sys.stdin", io.StringIO(document))
+    assert main(["plan", "--strategy", "lag", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["assignment"] == {"c0": {"t1": [0]}, "c1": {"t1": [1, 2]}}

@@ -99,6 +99,50 @@ def test_bad_app_spec_is_one_clear_line(spec: str, message: str) -> None:
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("bootstrap", ["localhost:abc", "localhost:99999", ":9092", "a:1,b:x"])
+def test_malformed_bootstrap_is_one_line_exit_2(bootstrap: str) -> None:
+    result = _run_cli("run", "quickstart:app", "--bootstrap", bootstrap)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"fairstream run: error: --bootstrap={bootstrap!r}: ")
+    assert "is not HOST:PORT" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_malformed_bootstrap_from_the_environment_is_one_line_exit_2() -> None:
+    result = _run_cli("run", "quickstart:app", env={"FAIRSTREAM_BOOTSTRAP": "localhost:abc"})
+    assert result.returncode == 2
+    assert "'localhost:abc' is not HOST:PORT" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "dependency",
+    [
+        pytest.param("fs_nowhere", id="prefix-of-the-module-name"),
+        pytest.param("fs_nowhere_else.client", id="unrelated-package"),
+    ],
+)
+def test_app_importing_a_missing_package_names_that_package(
+    tmp_path: Path, dependency: str
+) -> None:
+    # The case: redis_sink.py imports redis, and 'redis_sink' starts with 'redis'.
+    (tmp_path / "fs_nowhere_sink.py").write_text(
+        f"import {dependency}\nfrom fairstream import App\napp = App(group_id='g')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "fairstream", "run", "fs_nowhere_sink:app", "--bootstrap", "h:1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    missing = dependency.split(".")[0]
+    assert result.returncode == 2, result.stderr
+    assert f"module 'fs_nowhere_sink' imports '{missing}', which is not installed" in result.stderr
+    assert "was not found" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 def test_unreachable_bootstrap_exits_2_without_traceback() -> None:
     result = _run_cli("run", "quickstart:app", "--bootstrap", f"127.0.0.1:{free_port()}")
     assert result.returncode == 2

@@ -1,0 +1,170 @@
+"""The examples run as their docstrings say, on a real broker (and the MemoryBroker test as is)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+
+from tests.conftest import Broker
+from tests.kafka_helpers import create_topic, produce, read_all
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+Event = dict[str, Any]
+
+
+def _env(**settings: str) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("FAIRSTREAM_")}
+    return clean | {"FAIRSTREAM_LOG_FORMAT": "json"} | settings
+
+
+@asynccontextmanager
+async def _fairstream_run(*args: str, env: dict[str, str]) -> AsyncIterator[anyio.abc.Process]:
+    """``fairstream run ...`` in examples/, stopped with SIGTERM (exit 0) at the end."""
+    process = await anyio.open_process(
+        [sys.executable, "-m", "fairstream", "run", *args],
+        cwd=EXAMPLES,
+        env=env,
+        stderr=subprocess.PIPE,
+    )
+    async with process:
+        try:
+            yield process
+        finally:
+            process.send_signal(signal.SIGTERM)
+            with anyio.fail_after(60):
+                code = await process.wait()
+    assert code == 0
+
+
+async def _events_until(
+    process: anyio.abc.Process, done: Callable[[list[Event]], bool]
+) -> list[Event]:
+    """The JSON log events of ``process`` until ``done(events)`` holds."""
+    assert process.stderr is not None
+    events: list[Event] = []
+    buffered = b""
+    async for chunk in process.stderr:
+        buffered += chunk
+        *lines, buffered = buffered.split(b"\n")
+        events.extend(json.loads(line) for line in lines)
+        if done(events):
+            return events
+    raise AssertionError(f"the app stopped; it logged {[e['event'] for e in events]}")
+
+
+def _named(events: list[Event], name: str) -> list[Event]:
+    return [e for e in events if e["event"] == name]
+
+
+def test_the_memory_broker_test_passes_as_written() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "test_dead_letters.py", "-q", "-p", "no:cacheprovider"],
+        cwd=EXAMPLES,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 passed" in result.stdout
+
+
+@pytest.mark.broker
+async def test_produce_and_consume_handles_what_it_published(broker: Broker, group_id: str) -> None:
+    topic = f"orders-{uuid.uuid4().hex[:10]}"
+    await create_topic(broker.bootstrap, topic, 3)
+    env = _env(FAIRSTREAM_BOOTSTRAP=broker.bootstrap, FAIRSTREAM_GROUP_ID=group_id)
+    result = await anyio.run_process(
+        [sys.executable, "produce_and_consume.py"],
+        cwd=EXAMPLES,
+        env=env | {"ORDERS_TOPIC": topic},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode().startswith("handled 10 orders of run ")
+    assert result.stdout.decode().endswith(", 450 in total\n")
+    assert len(await read_all(broker.bootstrap, topic, 3, 10)) == 10
+
+
+@pytest.mark.broker
+async def test_batch_handler_counts_every_click_in_bounded_batches(
+    noida: Broker, group_id: str
+) -> None:
+    topic = f"clicks-{uuid.uuid4().hex[:10]}"
+    await create_topic(noida.bootstrap, topic, 4)
+    clicks = [(i % 4, b'{"page": "/p%d"}' % (i % 3)) for i in range(1_200)]
+    await produce(noida.bootstrap, topic, clicks)
+    env = _env(FAIRSTREAM_BOOTSTRAP=noida.bootstrap, FAIRSTREAM_GROUP_ID=group_id)
+    async with _fairstream_run("batch_handler:app", env=env | {"CLICKS_TOPIC": topic}) as app:
+        with anyio.fail_after(60):
+            events = await _events_until(
+                app, lambda ev: sum(e["records"] for e in _named(ev, "clicks_counted")) >= 1_200
+            )
+    batches = _named(events, "clicks_counted")
+    assert sum(b["records"] for b in batches) == 1_200
+    assert all(0 < b["records"] <= 500 for b in batches)
+    totals = {page: sum(b["pages"].get(page, 0) for b in batches) for page in ("/p0", "/p1", "/p2")}
+    assert totals == {"/p0": 400, "/p1": 400, "/p2": 400}
+
+
+@pytest.mark.broker
+async def test_pydantic_model_validates_and_dead_letters_what_does_not_fit(
+    noida: Broker, group_id: str
+) -> None:
+    topic = f"payments-{uuid.uuid4().hex[:10]}"
+    await create_topic(noida.bootstrap, topic, 1)
+    values = [
+        b'{"id": 1, "amount": "12.50", "currency": "EUR"}',
+        b'{"id": "x"}',
+        b'{"id": 2, "amount": 3}',
+    ]
+    await produce(noida.bootstrap, topic, [(0, v) for v in values])
+    env = _env(FAIRSTREAM_BOOTSTRAP=noida.bootstrap, FAIRSTREAM_GROUP_ID=group_id)
+    async with _fairstream_run("pydantic_model:app", env=env | {"PAYMENTS_TOPIC": topic}) as app:
+        with anyio.fail_after(60):
+            events = await _events_until(app, lambda ev: len(_named(ev, "payment_received")) == 2)
+        with anyio.fail_after(60):
+            (dead,) = await read_all(noida.bootstrap, f"{topic}.dlq", 1, 1)
+    received = _named(events, "payment_received")
+    assert [(e["id"], e["amount"]) for e in received] == [(1, "12.50"), (2, "3")]
+    assert dead.value == b'{"id": "x"}'  # type: ignore[attr-defined]
+    assert dict(dead.headers)["fairstream.error.type"] == b"DecodeError"  # type: ignore[attr-defined]
+
+
+@pytest.mark.broker
+async def test_the_dead_letter_consumer_sees_the_failed_record(noida: Broker) -> None:
+    topic = f"orders-{uuid.uuid4().hex[:10]}"
+    await create_topic(noida.bootstrap, topic, 2)
+    env = _env(FAIRSTREAM_BOOTSTRAP=noida.bootstrap, ORDERS_TOPIC=topic)
+    groups = [f"g-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    async with _fairstream_run("dead_letters:app", "--group-id", groups[0], env=env) as app:
+        with anyio.fail_after(60):
+            await _events_until(app, lambda ev: bool(_named(ev, "partitions_assigned")))
+        await produce(noida.bootstrap, topic, [(1, b'{"amount": 3}'), (1, b'{"amount": -5}')])
+        reader = _fairstream_run("dead_letters:dead_letters", "--group-id", groups[1], env=env)
+        async with reader as dead_letters:
+            with anyio.fail_after(60):
+                events = await _events_until(
+                    dead_letters, lambda ev: bool(_named(ev, "dead_letter_received"))
+                )
+    (received,) = _named(events, "dead_letter_received")
+    assert {k: received[k] for k in ("error_type", "error", "source_topic", "attempts")} == {
+        "error_type": "ValueError",
+        "error": "negative amount -5",
+        "source_topic": topic,
+        "attempts": 2,
+    }
+    assert (received["source_partition"], received["source_offset"]) == (1, 1)
