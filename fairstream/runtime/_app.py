@@ -353,7 +353,7 @@ class App:
         partition: int | None = None,
     ) -> None:
         """Send a record through the app's producer and wait for the broker's ack."""
-        if self._clients is None or self._engine is None or self._engine.state != "running":
+        if self._clients is None or self._engine is None or not self._engine.connected:
             raise ConfigError(
                 "app",
                 self.group_id,

@@ -27,7 +27,7 @@ from aiokafka.errors import (
 )
 
 from fairstream.config import ConsumerConfig, SecurityConfig
-from fairstream.errors import BrokerError, ConfigError
+from fairstream.errors import BrokerError, ConfigError, describe
 from fairstream.runtime._admin import BrokerAdmin
 from fairstream.runtime._assignors import PlanningAssignor
 from fairstream.runtime._dead_letter import dead_letter_copies
@@ -148,7 +148,7 @@ def consumer_broken(exc: KafkaError) -> bool:
 
 def _read_error(clients: AIOKafkaClients, what: str, exc: KafkaError) -> BrokerError:
     return BrokerError(
-        f"could not read {what} (group {clients.group_id!r}): {type(exc).__name__}: {exc}; "
+        f"could not read {what} (group {clients.group_id!r}): {describe(exc)}; "
         "check that the cluster is up and the group may be described",
         bootstrap=clients.bootstrap,
         retriable=bool(getattr(exc, "retriable", False)),
@@ -228,7 +228,7 @@ class AIOKafkaClients:
             ) from exc
         except KafkaError as exc:
             raise BrokerError(
-                f"the {what} could not start: {type(exc).__name__}: {exc}",
+                f"the {what} could not start: {describe(exc)}",
                 bootstrap=self.bootstrap,
                 retriable=bool(getattr(exc, "retriable", False)),
             ) from exc
@@ -302,7 +302,7 @@ class AIOKafkaClients:
             )
         except KafkaError as exc:
             raise BrokerError(
-                f"publishing to topic {topic!r} failed: {type(exc).__name__}: {exc}",
+                f"publishing to topic {topic!r} failed: {describe(exc)}",
                 bootstrap=self.bootstrap,
                 retriable=bool(getattr(exc, "retriable", False)),
             ) from exc
@@ -325,7 +325,7 @@ class AIOKafkaClients:
                     continue  # the next copy drops the largest part left
                 raise BrokerError(
                     f"dead-lettering {raw.topic}[{raw.partition}]@{raw.offset} to {topic!r} "
-                    f"failed: {type(exc).__name__}: {exc}; the record stays uncommitted and "
+                    f"failed: {describe(exc)}; the record stays uncommitted and "
                     "will be retried",
                     bootstrap=self.bootstrap,
                     retriable=bool(getattr(exc, "retriable", False)),
@@ -418,7 +418,7 @@ async def _stop_quietly(close: Callable[[], Awaitable[None]]) -> None:
     try:
         await close()
     except KafkaError as exc:
-        log.warning("client_stop_failed", reason=f"{type(exc).__name__}: {exc}")
+        log.warning("client_stop_failed", reason=f"{describe(exc)}")
 
 
 _SHADOW_READ_RECORDS = 500

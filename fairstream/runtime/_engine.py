@@ -121,6 +121,8 @@ class Engine:
         """Set once :meth:`serve` has committed, closed the clients and is returning."""
         self._failure: FairstreamError | None = None
         self.state = "created"
+        self.connected = False
+        """The clients are started and not closed yet: the app's producer may send."""
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -146,6 +148,7 @@ class Engine:
             with anyio.CancelScope(shield=True):
                 await self._clients.aclose()
             raise
+        self.connected = True
         log.info("consumer_started", group_id=self.group_id, topics=self._topics)
 
     async def serve(self) -> None:
@@ -169,6 +172,7 @@ class Engine:
             await self._final_commit()
         finally:
             self.state = "stopped"
+            self.connected = False
             with anyio.CancelScope(shield=True):
                 await self._clients.aclose()
             log.info("consumer_stopped", group_id=self.group_id)
