@@ -24,9 +24,12 @@ from fairstream.errors import (
     HandlerError,
     PlanError,
 )
+from fairstream.runtime._admin import BrokerAdmin
 from fairstream.runtime._app import App, Health
 from fairstream.runtime._assignors import make_assignor
 from fairstream.runtime._decode import DecodeError, Decoder
+from fairstream.runtime._http import serve_status
+from fairstream.runtime._loader import load_app
 from fairstream.runtime._record import Record
 from fairstream.runtime._stats import AppStats, PartitionStats
 
@@ -34,6 +37,7 @@ __all__ = [
     "App",
     "AppStats",
     "BackfillError",
+    "BrokerAdmin",
     "BrokerError",
     "CommitError",
     "ConfigError",
@@ -53,7 +57,9 @@ __all__ = [
     "RetryPolicy",
     "SchedulerConfig",
     "SecurityConfig",
+    "load_app",
     "make_assignor",
+    "serve_status",
 ]
 
 __version__ = "0.1.0"

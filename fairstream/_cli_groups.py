@@ -91,8 +91,8 @@ def _run_lag(args: argparse.Namespace) -> int:
 async def _read_lag(bootstrap: str, group_id: str, topics: list[str]) -> list[dict[str, Any]]:
     from aiokafka import TopicPartition
 
+    from fairstream import BrokerAdmin
     from fairstream.ranges import decode_shadow
-    from fairstream.runtime._admin import BrokerAdmin
 
     async with BrokerAdmin(bootstrap) as admin:
         group = await admin.describe_group(group_id)
@@ -259,7 +259,7 @@ def _run_whatif(args: argparse.Namespace) -> int:
         resolve(name, field="--strategy")
 
     async def read_group() -> tuple[GroupSnapshot, Assignment]:
-        from fairstream.runtime._admin import BrokerAdmin
+        from fairstream import BrokerAdmin
 
         async with BrokerAdmin(args.bootstrap) as admin:
             return await admin.group_snapshot(args.group, auto_offset_reset=args.auto_offset_reset)

@@ -288,7 +288,7 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _run_run(args: argparse.Namespace) -> int:
     import anyio
 
-    from fairstream.runtime._loader import load_app
+    from fairstream import load_app
 
     app = load_app(args.app)
     if args.bootstrap:
@@ -324,7 +324,7 @@ def _override_app(app: App, args: argparse.Namespace) -> None:
 async def _run_with_status(app: App, host: str, port: int) -> None:
     import anyio
 
-    from fairstream.runtime._http import serve_status
+    from fairstream import serve_status
 
     async with anyio.create_task_group() as tasks:
         await tasks.start(

@@ -133,13 +133,31 @@ def test_no_two_runtime_modules_import_each_other() -> None:
     assert not pairs
 
 
+CLI = {"cli.py", "_cli_groups.py", "_cli_kafka.py", "__main__.py"}
+
+
 def test_nothing_imports_the_cli() -> None:
     offenders = [
-        str(path.relative_to(PACKAGE))
+        f"{path.relative_to(PACKAGE)} imports {name}"
         for path in PACKAGE.rglob("*.py")
-        if path.name not in ("cli.py", "__main__.py") and "fairstream.cli" in _imports(path)
+        if path.name not in CLI
+        for name in _imports(path)
+        if name in {f"fairstream.{module.removesuffix('.py')}" for module in CLI}
     ]
     assert not offenders
+
+
+@pytest.mark.parametrize("module", sorted(CLI))
+def test_the_cli_uses_public_names_only(module: str) -> None:
+    """What the CLI needs is public API: users can build the same tools."""
+    private = {
+        name
+        for name in _imports(PACKAGE / module)
+        if name.startswith("fairstream.")
+        and any(part.startswith("_") for part in name.split(".")[1:])
+        and name.removeprefix("fairstream.") + ".py" not in CLI
+    }
+    assert not private, f"{module} imports {sorted(private)}"
 
 
 @pytest.mark.parametrize("module", ["fairstream", "fairstream.testing"])
