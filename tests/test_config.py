@@ -122,7 +122,7 @@ INF = float("inf")
         pytest.param(
             RetryPolicy,
             {"multiplier": None},
-            "retry.multiplier=None: must be a number, not NoneType",
+            "retry.multiplier: must be a number, not NoneType",
             id="RetryPolicy-multiplier-none",
         ),
         # DeadLetterPolicy

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+import structlog.testing
 from aiokafka import TopicPartition
 from pyspark.sql import SparkSession
 
@@ -42,18 +43,21 @@ async def test_a_large_shadow_range_is_backfilled_on_spark(
     @app.subscriber(topic)
     async def handle(record: Record[bytes]) -> None:
         live.append((record.offset, record.replay))
-        if len(live) == 20:
+        if sum(not replay for _, replay in live) == 20:
             all_live.set()
 
-    async with app:
-        with anyio.fail_after(30):
-            await app.wait_ready()
-        await produce(noida.bootstrap, topic, [(0, b"live")] * 20)
-        with anyio.fail_after(120):
-            await all_live.wait()
-            while (await _metadata(noida, group_id, topic)) != "":  # noqa: ASYNC110
-                await anyio.sleep(0.2)  # the handoff returned: the range was dropped
+    with structlog.testing.capture_logs() as events:
+        async with app:
+            with anyio.fail_after(30):
+                await app.wait_ready()
+            await produce(noida.bootstrap, topic, [(0, b"live")] * 20)
+            with anyio.fail_after(120):
+                await all_live.wait()
+                while (await _metadata(noida, group_id, topic)) != "":  # noqa: ASYNC110
+                    await anyio.sleep(0.2)  # the handoff returned: the range was dropped
 
+    failed = [event for event in events if event["event"] == "shadow_handoff_failed"]
+    assert failed == [], "the Spark job failed, so the in-process shadow replayed the range"
     counts, _ = seen(tmp_path)
     assert set(counts) == {(topic, 0, offset) for offset in range(600)}
     assert live == [(offset, False) for offset in range(600, 620)]
