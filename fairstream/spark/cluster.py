@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 
 from fairstream.errors import BrokerError, CommitError, ConfigError
-from fairstream.spark import missing_extra
+from fairstream.spark._extra import missing_extra
 from fairstream.spark.planning import PartitionCommit, PartitionState
 
 try:
@@ -48,9 +48,7 @@ def _group_client(bootstrap: str, group_id: str, kafka_config: Mapping[str, str]
     try:
         consumer = Consumer(config)
     except KafkaException as exc:
-        raise ConfigError(
-            "--kafka-config", kafka_config, str(exc), "fix the client setting"
-        ) from exc
+        raise ConfigError("kafka_config", kafka_config, str(exc), "fix the client setting") from exc
     try:
         yield consumer
     finally:
@@ -77,7 +75,7 @@ def read_states(
                 metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
                 if metadata is None or metadata.error is not None or not metadata.partitions:
                     raise ConfigError(
-                        "--topics", topic, "no such topic on the cluster", "check its name"
+                        "topics", topic, "no such topic on the cluster", "check its name"
                     )
                 wanted = [TopicPartition(topic, p) for p in sorted(metadata.partitions)]
                 committed = consumer.committed(wanted, timeout=timeout)
@@ -96,8 +94,8 @@ def read_states(
         except KafkaException as exc:
             error = exc.args[0]
             raise BrokerError(
-                f"cannot read offsets of group {group_id!r}: {error.str()}; check --bootstrap "
-                "and that the brokers are up",
+                f"cannot read offsets of group {group_id!r}: {error.str()}; check the bootstrap "
+                "servers and that the brokers are up",
                 bootstrap=bootstrap,
                 retriable=error.retriable(),
             ) from exc
@@ -137,5 +135,5 @@ def commit(
 def _refused(reason: str) -> str:
     return (
         f"committing the backfill's offsets failed ({reason}); the job's work is done, so "
-        "stop the group's live consumers and rerun, or rerun with --no-commit"
+        "stop the group's live consumers and rerun, or rerun without committing"
     )

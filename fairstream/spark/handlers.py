@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import NamedTuple, TypeAlias, cast
 
 from fairstream.errors import ConfigError
-from fairstream.spark import missing_extra
+from fairstream.spark._extra import missing_extra
 
 try:
     import pyarrow as pa
@@ -79,21 +79,19 @@ def load_handler(ref: str) -> Handler:
     """
     module_name, colon, attr = ref.partition(":")
     if not colon or not module_name or not attr:
-        raise ConfigError(
-            "--handler", ref, "expected MODULE:FUNCTION", "e.g. myjobs.backfill:handle"
-        )
+        raise ConfigError("handler", ref, "expected MODULE:FUNCTION", "e.g. myjobs.backfill:handle")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(
-            "--handler", ref, f"cannot import {module_name!r} ({exc})", "check the module path"
+            "handler", ref, f"cannot import {module_name!r} ({exc})", "check the module path"
         ) from exc
     handler = getattr(module, attr, None)
     if not callable(handler):
         raise ConfigError(
-            "--handler", ref, f"{module_name!r} has no function {attr!r}", "name a callable"
+            "handler", ref, f"{module_name!r} has no function {attr!r}", "name a callable"
         )
     if not module_name.startswith("fairstream."):
         cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]

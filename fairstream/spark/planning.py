@@ -167,7 +167,7 @@ def _check_bounds(option: str, bounds: Sequence[Bound], states: Sequence[Partiti
         text = f"{bound.topic}{'' if bound.partition is None else f':{bound.partition}'}"
         if bound.topic not in partitions:
             raise ConfigError(
-                option, text, "this topic is not being backfilled", "add it to --topics"
+                option, text, "this topic is not being backfilled", "add it to the topics"
             )
         if bound.partition is not None and bound.partition not in partitions[bound.topic]:
             raise ConfigError(
@@ -196,15 +196,15 @@ def plan_ranges(
     :raises ConfigError: a bound names an unknown topic or partition, a ``--to``
         lies beyond the end of its partition, or a ``--from`` lies after its ``--to``.
     """
-    _check_bounds("--from", starts, states)
-    _check_bounds("--to", ends, states)
+    _check_bounds("starts", starts, states)
+    _check_bounds("ends", ends, states)
     chunks: list[Chunk] = []
     for state in sorted(states, key=lambda s: (s.topic, s.partition)):
         first, last = _bound_for(starts, state), _bound_for(ends, state)
         default_start = state.log_start if state.committed is None else state.committed
         if last is not None and last > state.log_end:
             raise ConfigError(
-                "--to",
+                "ends",
                 f"{state.topic}:{state.partition}={last}",
                 f"the partition ends at offset {state.log_end}",
                 "choose an offset at or below the end; a backfill reads existing records",
@@ -216,10 +216,10 @@ def plan_ranges(
             end = state.log_end if last is None else last
             if start > end:
                 raise ConfigError(
-                    "--from",
+                    "starts",
                     f"{state.topic}:{state.partition}={start}",
                     f"it lies after the end offset {end} of that partition",
-                    "give a --from at or below the --to",
+                    "start at or below the end",
                 )
             wanted = [OffsetRange(start, end)]
         for r in merge_ranges(wanted):
@@ -237,7 +237,7 @@ def split_ranges(ranges: Iterable[Chunk], size: int) -> list[Chunk]:
     :raises ConfigError: ``size`` is not positive.
     """
     if size < 1:
-        raise ConfigError("--chunk", size, "a chunk needs at least one offset", "use e.g. 100000")
+        raise ConfigError("chunk", size, "a chunk needs at least one offset", "use e.g. 100000")
     return [
         Chunk(topic=r.topic, partition=r.partition, start=s, end=min(s + size, r.end))
         for r in ranges
@@ -256,7 +256,7 @@ def place_chunks(chunks: Sequence[Chunk], tasks: int) -> list[list[Chunk]]:
     :raises ConfigError: ``tasks`` is not positive.
     """
     if tasks < 1:
-        raise ConfigError("--tasks", tasks, "a job needs at least one task", "use e.g. 4")
+        raise ConfigError("tasks", tasks, "a job needs at least one task", "use e.g. 4")
     if not chunks:
         return []
     members = {f"task-{i:05d}": frozenset({_CHUNK_TOPIC}) for i in range(min(tasks, len(chunks)))}
@@ -319,7 +319,7 @@ def plan_commits(states: Sequence[PartitionState], done: Iterable[Chunk]) -> lis
             raise PlanError(
                 f"{len(bounded)} open ranges would remain and do not fit the commit metadata",
                 where=f"{state.topic}[{state.partition}]",
-                hint="backfill contiguous ranges (fewer --from/--to gaps) so fewer stay open",
+                hint="backfill contiguous ranges (fewer gaps between bounds) so fewer stay open",
             )
         if (offset, metadata) != (state.committed, state.metadata or ""):
             commits.append(

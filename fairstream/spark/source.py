@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from fairstream.errors import BrokerError, ConfigError
-from fairstream.spark import missing_extra
+from fairstream.spark._extra import missing_extra
 from fairstream.spark.cluster import kafka_logger
 from fairstream.spark.handlers import Handler, decode_handler, encode_handler, handle_batches
 from fairstream.spark.planning import Chunk

@@ -82,8 +82,9 @@ def test_handler_sees_each_offset_once_then_commit_clears_shadow(
         topics=(topic,),
         handler=recorder(tmp_path, is_async=is_async),
         chunk=400,
-        progress=False,
+        progress=lambda finished, tasks: reports.append((finished, tasks)),
     )
+    reports: list[tuple[int, int]] = []
 
     result = run_backfill(job, spark=spark)
 
@@ -99,6 +100,9 @@ def test_handler_sees_each_offset_once_then_commit_clears_shadow(
     assert result.records == len(expected)
     states = read_states(noida.bootstrap, group_id, [topic])
     assert [(s.committed, s.metadata) for s in states] == [(3000, ""), (1500, ""), (300, "")]
+    # The caller hears the finished tasks grow to the whole job (it draws them).
+    assert reports[-1] == (result.tasks, result.tasks)
+    assert [finished for finished, _ in reports] == sorted(finished for finished, _ in reports)
 
 
 def test_skewed_partition_is_read_by_several_tasks(
@@ -113,7 +117,6 @@ def test_skewed_partition_is_read_by_several_tasks(
         chunk=1000,
         tasks=2,
         commit=False,
-        progress=False,
     )
 
     result = run_backfill(job, spark=spark)
@@ -134,7 +137,6 @@ def test_failing_handler_commits_nothing(
         topics=(topic,),
         handler=recorder(tmp_path, fail_at=700),
         chunk=250,
-        progress=False,
     )
 
     with pytest.raises(
@@ -160,7 +162,6 @@ def test_parquet_output_reads_back_with_pyarrow(
         starts=tuple(parse_bounds("--from", [f"{topic}:0=100"])),
         ends=tuple(parse_bounds("--to", [f"{topic}:0=2100"])),
         commit=False,
-        progress=False,
     )
 
     result = run_backfill(job, spark=spark)

@@ -1,0 +1,14 @@
+"""The error for a missing ``spark`` extra, in a leaf so the modules that raise it
+do not import the package face (``fairstream.spark``) they are loaded from."""
+
+from __future__ import annotations
+
+__all__ = ["missing_extra"]
+
+
+def missing_extra(exc: ImportError) -> ImportError:
+    """The error to raise when pyspark, pyarrow or confluent-kafka cannot be imported."""
+    return ImportError(
+        f"the Spark backfill needs the 'spark' extra ({exc.name or exc} is missing); "
+        "run: pip install 'fairstream[spark]'"
+    )
