@@ -1,4 +1,4 @@
-# Entry points: `make demo`, `make test` and `make install` (the venv alone, for the
+# Entry points: `make demo`, `make test`, `make docs` and `make install` (the venv alone, for the
 # README's first app: `make install && . .venv/bin/activate`). Each creates or
 # refreshes .venv first.
 PYTHON ?= python3
@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck clean
+.PHONY: install demo test lint typecheck docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,14 +22,19 @@ demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check fairstream tests examples benchmarks
-	$(BIN)/ruff format --check fairstream tests examples benchmarks
+	$(BIN)/ruff check fairstream tests examples benchmarks docs
+	$(BIN)/ruff format --check fairstream tests examples benchmarks docs
 
 typecheck: $(STAMP)
 	$(BIN)/mypy fairstream tests/typing
 
-test: lint typecheck
+# The site (README sections, a page per CLI command, the API from the docstrings) into
+# site/; any warning, such as a broken link or an unparsable docstring, fails it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
+
+test: lint typecheck docs
 	$(BIN)/pytest
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

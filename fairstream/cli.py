@@ -3,8 +3,9 @@
 Each subcommand has an ``_add_<name>`` that declares its options and a
 ``_run_<name>`` that does the work: ``broker`` and ``run`` here, ``lag`` and ``plan``
 in :mod:`fairstream._cli_groups`, ``topic`` and ``produce`` in
-:mod:`fairstream._cli_kafka`, ``backfill`` in :mod:`fairstream._cli_backfill`. A :class:`FairstreamError` becomes one line on stderr
-and exit status 2; anything else keeps its traceback, because it is a bug.
+:mod:`fairstream._cli_kafka`, ``backfill`` in :mod:`fairstream._cli_backfill`. A
+:class:`FairstreamError` becomes one line on stderr and exit status 2; anything else
+keeps its traceback, because it is a bug.
 """
 
 from __future__ import annotations

@@ -264,7 +264,8 @@ class App:
         :raises HandlerError: a handler failed with ``on_error='stop'``.
         :raises BrokerError: the cluster cannot be reached.
         :raises ConfigError: a subscribed topic does not exist.
-        :raises KeyboardInterrupt, SystemExit: a handler raised it (after the commit).
+        :raises KeyboardInterrupt: a handler raised it (after the commit).
+        :raises SystemExit: a handler raised it (after the commit).
         """
         async with self:
             assert self._engine is not None
