@@ -35,7 +35,7 @@ def read_document(text: str) -> tuple[GroupSnapshot, Assignment | None]:
     except json.JSONDecodeError as exc:
         raise PlanError(
             f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
-            hint="fix the input document; see examples/plan_whatif.json",
+            hint="fix the input document; `fairstream plan --help` shows one",
         ) from exc
     return parse_document(document)
 
