@@ -32,7 +32,10 @@ FastStream's per-record path handles ~20k records/s, so it stops after
 median / max records/s by each clock, the same of each run's rate over the fastest
 raw aiokafka way's in that repeat (raw aiokafka at its best: the raw way with the
 best median in this run), and how long after the start each way handled its first
-record.
+record. It also shows the CPU time this process spent per record (the broker runs in
+its own process and is not counted): on a shared machine a neighbour steals wall
+time but not much CPU time, so this column compares two versions of fairstream
+where the rates are too noisy to.
 
 The embedded noida broker answers a fetch with everything up to the log end, so
 the raw loop's first ``getmany`` decodes the whole topic at once, and the garbage
@@ -311,6 +314,7 @@ class Sample:
     seconds: float
     stopped_seconds: float
     first_seconds: float
+    cpu_seconds: float
     warnings: int
 
     @property
@@ -331,11 +335,11 @@ async def measure(
     warnings: WarningCounter,
 ) -> Sample:
     warnings.count = 0
-    began = time.perf_counter()
+    began, cpu_began = time.perf_counter(), time.process_time()
     try:
         async with asyncio.timeout(limit):
             await way.consume(run)
-        stopped = time.perf_counter()
+        stopped, cpu = time.perf_counter(), time.process_time() - cpu_began
     except TimeoutError:
         raise SystemExit(
             f"{way.name} handled {run.tally.seen:,} of {run.tally.target:,} records "
@@ -353,6 +357,7 @@ async def measure(
         seconds=tally.finished - began,
         stopped_seconds=stopped - began,
         first_seconds=tally.first - began,
+        cpu_seconds=cpu,
         warnings=warnings.count,
     )
 
@@ -387,8 +392,9 @@ def print_table(samples: list[Sample]) -> None:
         "\n\n| way | records/run | runs "
         "| to last record: records/s min / median / max | ratio, paired "
         "| to stopped: records/s min / median / max | ratio, paired "
-        "| first record after, s: min / median / max | commits | aiokafka warnings |"
-        "\n|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"
+        "| first record after, s: min / median / max "
+        "| CPU of this process, us/record: min / median / max | commits | aiokafka warnings |"
+        "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
     )
     for name, group in by_way.items():
         paired = [s.rate / base[s.repeat].rate for s in group if s.repeat in base]
@@ -407,6 +413,7 @@ def print_table(samples: list[Sample]) -> None:
             f"| {spread(stopped, ',.0f') if stopped else '-'} "
             f"| {spread(paired_stopped, '.2f') if paired_stopped else '-'} "
             f"| {spread([s.first_seconds for s in group], '.2f')} "
+            f"| {spread([s.cpu_seconds / s.records * 1e6 for s in group], '.2f')} "
             f"| {group[0].way.commits} | {sum(s.warnings for s in group)} |"
         )
 
