@@ -7,9 +7,15 @@ same snapshot, and we report its largest member lag over the lower bound
 largest per-topic count spread. ``seed-greedy`` is the KAFKA-5337 prototype's
 per-topic greedy, written here from the seed's text as the baseline to beat.
 
-Speed: wall time of each strategy on homogeneous groups of growing size.
+Moves: how many partitions each strategy moves away from its own previous plan
+when the lag is read again with +/-2%, 5% or 20% noise, when one member joins and
+when one leaves (the leaver's own partitions are not counted: they must move), and
+for ``lag`` the busiest member's lag over the lower bound after the noisy re-plan.
 
-    python benchmarks/assign_bench.py                 # 600 scenarios + speed table
+Speed: wall time of each strategy on homogeneous groups of growing size, and of
+``lag`` re-planning with a previous assignment.
+
+    python benchmarks/assign_bench.py                 # 600 scenarios + moves + speed
     python benchmarks/assign_bench.py --scenarios 100 --max-partitions 10000
 """
 
@@ -23,7 +29,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fairstream.assign import STRATEGIES, Assignment, GroupSnapshot, lag_lower_bound, member_lags
+from fairstream.assign import (
+    STRATEGIES,
+    Assignment,
+    GroupSnapshot,
+    lag_lower_bound,
+    member_lags,
+    moved,
+)
 
 SHAPES = ("uniform", "zipf", "one-hot", "bimodal", "all-zero")
 Planner = Callable[[GroupSnapshot], Assignment]
@@ -152,11 +165,60 @@ def print_shapes(by_shape: dict[str, Tally]) -> None:
         print(f"| {shape} | " + " | ".join(cells) + " |")
 
 
+def with_noise(snapshot: GroupSnapshot, noise: float, rng: random.Random) -> GroupSnapshot:
+    lag = {
+        topic: tuple(int(value * rng.uniform(1 - noise, 1 + noise)) for value in values)
+        for topic, values in snapshot.lag.items()
+    }
+    return GroupSnapshot(members=snapshot.members, partitions=snapshot.partitions, lag=lag)
+
+
+def moves(count: int, seed: int) -> None:
+    """Fraction of all partitions moved per event, per strategy, over ``count`` groups."""
+    events = ("noise 2%", "noise 5%", "noise 20%", "join", "leave")
+    print("| strategy | " + " | ".join(events) + " | lag: max-lag/bound after noise 5% |")
+    print("|---|" + "---:|" * (len(events) + 1))
+    for name, assignor in STRATEGIES.items():
+        rng = random.Random(seed)
+        moved_by = dict.fromkeys(events, 0)
+        partitions = 0
+        ratios: list[float] = []
+        for index in range(count):
+            snapshot = scenario(rng, index % 2 == 0, SHAPES[(index // 2) % 4])
+            previous = assignor(snapshot, None)
+            partitions += sum(snapshot.partitions.values())
+            for event, noise in (("noise 2%", 0.02), ("noise 5%", 0.05), ("noise 20%", 0.2)):
+                now = with_noise(snapshot, noise, rng)
+                result = assignor(now, previous)
+                moved_by[event] += moved(previous, result)
+                if noise == 0.05 and (bound := lag_lower_bound(now)):
+                    ratios.append(max(member_lags(now, result).values()) / bound)
+            topics = sorted(snapshot.partitions)
+            wanted = topics if index % 2 == 0 else rng.sample(topics, rng.randint(1, len(topics)))
+            joined = GroupSnapshot(
+                members={**snapshot.members, "joiner": frozenset(wanted)},
+                partitions=snapshot.partitions,
+                lag=snapshot.lag,
+            )
+            moved_by["join"] += moved(previous, assignor(joined, previous))
+            gone = rng.choice(sorted(snapshot.members))
+            left = GroupSnapshot(
+                members={m: t for m, t in snapshot.members.items() if m != gone},
+                partitions=snapshot.partitions,
+                lag=snapshot.lag,
+            )
+            moved_by["leave"] += moved(previous, assignor(left, previous)) - previous.count(gone)
+        cells = [f"{moved_by[event] / partitions:.1%}" for event in events]
+        quality = f"{statistics.fmean(ratios):.3f}" if name == "lag" else "-"
+        print(f"| {name} | " + " | ".join(cells) + f" | {quality} |")
+
+
 def speed(max_partitions: int, seed: int) -> None:
     rng = random.Random(seed)
     table = planners()
-    print("| partitions | members | topics | subscriptions | " + " | ".join(table) + " |")
-    print("|---:|---:|---:|---|" + "---:|" * len(table))
+    columns = [*table, "lag, re-plan with previous"]
+    print("| partitions | members | topics | subscriptions | " + " | ".join(columns) + " |")
+    print("|---:|---:|---:|---|" + "---:|" * len(columns))
     cases = [
         (1_000, 10, 100, True),
         (10_000, 100, 100, True),
@@ -185,6 +247,10 @@ def speed(max_partitions: int, seed: int) -> None:
             started = time.perf_counter()
             planner(snapshot)
             cells.append(f"{time.perf_counter() - started:.2f} s")
+        previous = STRATEGIES["lag"](snapshot, None)
+        started = time.perf_counter()
+        STRATEGIES["lag"](with_noise(snapshot, 0.05, rng), previous)
+        cells.append(f"{time.perf_counter() - started:.2f} s")
         kind = "homogeneous" if homogeneous else "heterogeneous"
         print(f"| {total} | {member_count} | {topic_count} | {kind} | " + " | ".join(cells) + " |")
 
@@ -199,12 +265,15 @@ def main() -> None:
         default=100_000,
         help="largest speed case in partitions (default 100000, with 1000 members)",
     )
+    parser.add_argument("--moves", type=int, default=200, help="groups in the moves table")
     parser.add_argument("--no-speed", action="store_true", help="skip the speed table")
     args = parser.parse_args()
     tallies, by_shape = quality(args.scenarios, args.seed)
     print_quality(tallies)
     print()
     print_shapes(by_shape)
+    print()
+    moves(args.moves, args.seed)
     if not args.no_speed:
         print()
         speed(args.max_partitions, args.seed)
