@@ -173,6 +173,14 @@ def with_noise(snapshot: GroupSnapshot, noise: float, rng: random.Random) -> Gro
     return GroupSnapshot(members=snapshot.members, partitions=snapshot.partitions, lag=lag)
 
 
+def moved_others(previous: Assignment, result: Assignment, gone: str) -> int:
+    """Partitions that changed owner, leaving out those of the member that left."""
+    before = previous.owner_map()
+    return sum(
+        1 for key, owner in result.owner_map().items() if before.get(key) not in (None, gone, owner)
+    )
+
+
 def moves(count: int, seed: int) -> None:
     """Fraction of all partitions moved per event, per strategy, over ``count`` groups."""
     events = ("noise 2%", "noise 5%", "noise 20%", "join", "leave")
@@ -207,7 +215,7 @@ def moves(count: int, seed: int) -> None:
                 partitions=snapshot.partitions,
                 lag=snapshot.lag,
             )
-            moved_by["leave"] += moved(previous, assignor(left, previous)) - previous.count(gone)
+            moved_by["leave"] += moved_others(previous, assignor(left, previous), gone)
         cells = [f"{moved_by[event] / partitions:.1%}" for event in events]
         quality = f"{statistics.fmean(ratios):.3f}" if name == "lag" else "-"
         print(f"| {name} | " + " | ".join(cells) + f" | {quality} |")

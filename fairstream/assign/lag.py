@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from fairstream.assign.model import Assignment, GroupSnapshot, TopicPartition
 from fairstream.errors import ConfigError
@@ -49,6 +49,10 @@ third, and a kept plan is never more than 1 / (1 - 0.1) = 1.11x the best one fou
 _RELIEF_BUDGET = 150_000
 """(member, topic) holdings examined while improving one plan: keeps large groups fast,
 and is far more than small groups (where improvement matters most) ever use."""
+
+
+_Step = tuple[str, int, str, int]
+"""One relief step: (topic, partition given, taker, partition returned or -1)."""
 
 
 class _Layout:
@@ -74,6 +78,16 @@ class _Layout:
         self.held[member_id][topic].remove(partition)
         self.total[member_id] -= self.lags[topic][partition]
         self.count[member_id] -= 1
+
+    def apply(self, step: _Step) -> None:
+        """Move ``given`` to ``taker`` and, for a swap, ``returned`` back to its giver."""
+        topic, given, taker, returned = step
+        giver = self.owners[topic][given]
+        self.take(topic, given)
+        self.give(topic, given, taker)
+        if returned >= 0:
+            self.take(topic, returned)
+            self.give(topic, returned, giver)
 
     def worst(self) -> int:
         return max(self.total.values(), default=0)
@@ -110,23 +124,24 @@ def plan(
     lags = {topic: snapshot.topic_lags(topic) for topic in readers}
     before = previous.owner_map() if previous is not None else {}
     candidates: list[_Layout] = []
+    steps: list[_Step] = []
     if previous is not None:
         candidates.append(
-            _improve(_from_previous(snapshot, readers, lags, before), snapshot.members)
+            _improve(_from_previous(snapshot, readers, lags, before), snapshot.members, steps)
         )
     candidates.append(_improve(_by_rounds(snapshot, readers, lags), snapshot.members))
     candidates.append(_per_topic_greedy(snapshot, readers, lags))
     lowest = min(candidate.worst() for candidate in candidates)
     if previous is not None:
-        # The previous owners, relieved one swap or transfer at a time only until the
-        # plan is within the margin of the best: the fewest moves that are good enough.
-        candidates.append(
-            _improve(
-                _from_previous(snapshot, readers, lags, before),
-                snapshot.members,
-                enough=lambda worst: worst * (1 - min_improvement) <= lowest,
-            )
-        )
+        # The previous owners, relieved one step at a time only until the plan is
+        # within the margin of the best: the fewest moves that are good enough. It is
+        # a prefix of the first candidate's path, so it is replayed, not searched again.
+        gentle = _from_previous(snapshot, readers, lags, before)
+        for step in steps:
+            if gentle.worst() * (1 - min_improvement) <= lowest:
+                break
+            gentle.apply(step)
+        candidates.append(gentle)
     # Integer lags: compare without rounding. A plan is good enough when the best
     # one does not beat it by more than the margin.
     close = [c for c in candidates if c.worst() * (1 - min_improvement) <= lowest]
@@ -224,21 +239,23 @@ def _fill_topic(layout: _Layout, topic: str, readers: list[str], free: list[int]
 
 
 def _improve(
-    layout: _Layout,
-    subscriptions: Mapping[str, frozenset[str]],
-    enough: Callable[[int], bool] = lambda worst: False,
+    layout: _Layout, subscriptions: Mapping[str, frozenset[str]], steps: list[_Step] | None = None
 ) -> _Layout:
-    """Step 2: relieve the heaviest member, one best swap or transfer at a time,
-    until nothing helps or the largest member lag is ``enough``."""
+    """Step 2: relieve the heaviest member, one best swap or transfer at a time;
+    each step taken is appended to ``steps``."""
     total = layout.total
     budget = _RELIEF_BUDGET
-    while budget > 0 and total and not enough(layout.worst()):
+    while budget > 0 and total:
         giver = max(total, key=lambda m: (total[m], m))
         lighter = sorted((m for m in total if total[m] < total[giver]), key=lambda m: (total[m], m))
         budget -= len(lighter) // 8  # sorting costs about that many holdings' worth
         for taker in lighter:
             budget -= len(layout.held[giver])
-            if _relieve(layout, giver, taker, subscriptions):
+            step = _relief(layout, giver, taker, subscriptions)
+            if step is not None:
+                layout.apply(step)
+                if steps is not None:
+                    steps.append(step)
                 break
             if budget <= 0:
                 return layout
@@ -247,10 +264,10 @@ def _improve(
     return layout
 
 
-def _relieve(
+def _relief(
     layout: _Layout, giver: str, taker: str, subscriptions: Mapping[str, frozenset[str]]
-) -> bool:
-    """Apply the swap or transfer that best evens ``giver`` and ``taker``, if one helps.
+) -> _Step | None:
+    """The swap or transfer that best evens ``giver`` and ``taker``, if one helps.
 
     Moving lag ``d`` from giver to taker lowers the pair's maximum exactly when
     ``0 < d < gap``; the best ``d`` is the one nearest ``gap / 2``.
@@ -275,11 +292,6 @@ def _relieve(
                 if 0 < d < gap:
                     options.append((abs(2 * d - gap), topic, partition, near))
     if not options:
-        return False
+        return None
     _, topic, given, returned = min(options)
-    layout.take(topic, given)
-    layout.give(topic, given, taker)
-    if returned >= 0:
-        layout.take(topic, returned)
-        layout.give(topic, returned, giver)
-    return True
+    return (topic, given, taker, returned)
