@@ -21,7 +21,7 @@ from fairstream.errors import ConfigError
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from fairstream.assign import Assignment, GroupSnapshot, PlanStats
+    from fairstream.assign import Assignment, Assignor, GroupSnapshot, PlanStats
 
 __all__ = ["add_lag", "add_plan"]
 
@@ -181,11 +181,40 @@ def add_plan(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="the group's auto.offset.reset, for partitions it never committed: latest "
         "counts them as 0 lag, earliest as everything retained (default: latest)",
     )
+    parser.add_argument(
+        "--min-improvement",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="lag only: keep partitions with their previous owners unless another plan "
+        "lowers the busiest member's lag by more than this fraction (default: 0.1; 0 "
+        "always takes the lowest)",
+    )
     parser.set_defaults(run=_run_plan, usage=parser.format_usage())
 
 
+def _planner(name: str, args: argparse.Namespace) -> Assignor:
+    """The strategy's planner, with ``--min-improvement`` applied to ``lag``."""
+    from fairstream.assign import GroupSnapshot, resolve
+    from fairstream.assign.lag import plan as lag_plan
+
+    assignor = resolve(name, field="--strategy")
+    if args.min_improvement is None:
+        return assignor
+    if name != "lag":
+        raise ConfigError(
+            "--min-improvement", args.min_improvement, "only the lag strategy takes it"
+        )
+    margin: float = args.min_improvement
+    try:
+        lag_plan(GroupSnapshot(members={}, partitions={}), min_improvement=margin)
+    except ConfigError as exc:
+        raise ConfigError("--min-improvement", margin, exc.problem, exc.hint) from None
+    return lambda snapshot, previous: lag_plan(snapshot, previous, min_improvement=margin)
+
+
 def _run_plan(args: argparse.Namespace) -> int:
-    from fairstream.assign import STRATEGIES, read_document, resolve, stats
+    from fairstream.assign import STRATEGIES, read_document, stats
 
     if args.group is not None:
         return _run_whatif(args)
@@ -202,7 +231,7 @@ def _run_plan(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--strategy", None, "no strategy given", f"choose one of {', '.join(STRATEGIES)}"
         )
-    assignor = resolve(args.strategy, field="--strategy")
+    assignor = _planner(args.strategy, args)
     snapshot, previous = read_document(_read_input(args.input))
     result = assignor(snapshot, previous)
     figures = stats(snapshot, result, previous)
@@ -244,7 +273,7 @@ def _read_input(source: str) -> str:
 def _run_whatif(args: argparse.Namespace) -> int:
     import anyio
 
-    from fairstream.assign import STRATEGIES, member_lags, resolve, stats
+    from fairstream.assign import STRATEGIES, member_lags, stats
 
     if not args.bootstrap:
         raise ConfigError(
@@ -255,8 +284,7 @@ def _run_whatif(args: argparse.Namespace) -> int:
         )
     check_bootstrap(args.bootstrap)
     names = [args.strategy] if args.strategy else list(STRATEGIES)
-    for name in names:
-        resolve(name, field="--strategy")
+    planners = {name: _planner(name, args) for name in names}
 
     async def read_group() -> tuple[GroupSnapshot, Assignment]:
         from fairstream import BrokerAdmin
@@ -272,7 +300,9 @@ def _run_whatif(args: argparse.Namespace) -> int:
             "the group has no active members",
             "start its consumers first, or plan offline with --input",
         )
-    plans = {"current": current} | {name: STRATEGIES[name](snapshot, current) for name in names}
+    plans = {"current": current} | {
+        name: plan(snapshot, current) for name, plan in planners.items()
+    }
     figures = {name: stats(snapshot, result, current) for name, result in plans.items()}
     if args.format == "json":
         document = {

@@ -200,3 +200,44 @@ def test_the_document_shown_in_help_plans(
     assert main(["plan", "--strategy", "lag", "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["assignment"] == {"c0": {"t1": [0]}, "c1": {"t1": [1, 2]}}
+
+
+# The previous plan's busiest member carries 960, the best plan's 950: within 10%.
+NEAR_BEST = {
+    "members": {"c0": ["t1"], "c1": ["t1"]},
+    "partitions": {"t1": 4},
+    "lag": {"t1": [900, 50, 60, 800]},
+    "previous": {"c0": {"t1": [0, 2]}, "c1": {"t1": [1, 3]}},
+}
+
+
+@pytest.mark.parametrize(("args", "moved"), [([], 0), (["--min-improvement", "0"], 2)])
+def test_lag_keeps_a_previous_plan_within_min_improvement(
+    args: list[str],
+    moved: int,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, _ = run(
+        monkeypatch, capsys, ["--strategy", "lag", "--format", "json", *args], json.dumps(NEAR_BEST)
+    )
+    assert status == 0
+    assert json.loads(out)["stats"]["moved"] == moved
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--strategy", "lag", "--min-improvement", "1"], "--min-improvement=1.0: must be"),
+        (["--strategy", "fair", "--min-improvement", "0.2"], "only the lag strategy takes it"),
+    ],
+)
+def test_min_improvement_is_checked(
+    args: list[str],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, _, err = run(monkeypatch, capsys, args, json.dumps(NEAR_BEST))
+    assert status == 2
+    assert message in err
