@@ -176,6 +176,12 @@ class SchedulerConfig:
     ``queue_target_records`` plus one read, so it never takes the live pulls' room.
     ``max_buffered_bytes`` bounds the size of all queues, shadows included.
 
+    ``commit_timeout`` bounds one commit: aiokafka retries a retriable commit error
+    forever (a deleted topic answers UnknownTopicOrPartition to every try), which
+    would hold the revoke before a rebalance and the final commit at shutdown. A
+    commit that times out is retried by the next periodic commit, except for the
+    partitions of topics that no longer exist, which are dropped (``topic_deleted``).
+
     Small buffers are fast: records are decoded just ahead of their handler and
     die young, so the garbage collector never promotes and rescans them (raising
     ``max_buffered_records`` from 2,000 to 4,000 doubles its work, see
@@ -191,6 +197,7 @@ class SchedulerConfig:
     max_buffered_records: int = 2_000
     max_buffered_bytes: int = 256 * 1024 * 1024
     commit_interval: float = 1.0
+    commit_timeout: float = 10.0
     revoke_timeout: float = 10.0
     shutdown_timeout: float = 30.0
 
@@ -205,6 +212,7 @@ class SchedulerConfig:
             "max_buffered_records",
             "max_buffered_bytes",
             "commit_interval",
+            "commit_timeout",
         ):
             _positive(name, getattr(self, name))
         _positive("revoke_timeout", self.revoke_timeout, allow_zero=True)

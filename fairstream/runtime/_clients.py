@@ -81,6 +81,13 @@ class KafkaClients(Protocol):
         """
         ...
 
+    async def partition_counts(self, topics: Collection[str]) -> dict[str, int]:
+        """Topic -> partition count, for the topics of ``topics`` that exist.
+
+        :raises BrokerError: the query failed.
+        """
+        ...
+
     async def publish(
         self,
         topic: str,
@@ -365,6 +372,10 @@ class AIOKafkaClients:
             (tp.topic, tp.partition): None if c is None else (c.offset, c.metadata)
             for tp, c in found.items()
         }
+
+    async def partition_counts(self, topics: Collection[str]) -> dict[str, int]:
+        await self._admin.start()
+        return await self._admin.partition_counts(topics)
 
     async def offset_bounds(self, tps: Collection[TP]) -> dict[TP, tuple[int, int]]:
         await self._admin.start()

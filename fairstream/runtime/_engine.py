@@ -243,15 +243,51 @@ class Engine:
             for tp, (offset, metadata) in pending.items()
         }
         try:
-            await self._clients.consumer.commit(request)
+            with anyio.fail_after(self._config.commit_timeout):
+                await self._clients.consumer.commit(request)
         except KafkaError as exc:
             log.warning(
                 "commit_failed", reason=f"{type(exc).__name__}: {exc}", partitions=len(pending)
             )
             return False
+        except TimeoutError:
+            gone = await self._deleted(set(pending))
+            if gone:
+                return await self.commit(set(pending) - gone)
+            log.warning(
+                "commit_failed",
+                reason=f"no answer within commit_timeout={self._config.commit_timeout} s",
+                partitions=len(pending),
+            )
+            return False
         self._offsets.committed(pending)
         log.debug("offsets_committed", partitions=len(pending))
         return True
+
+    async def _deleted(self, tps: set[TP]) -> set[TP]:
+        """The partitions of ``tps`` whose topic is gone (or shrank), now forgotten.
+
+        A commit for them would be retried by aiokafka forever; their records cannot
+        be read again, so there is nothing left to commit for them.
+        """
+        topics = {topic for topic, _ in tps}
+        try:
+            counts = await self._clients.partition_counts(topics)
+        except FairstreamError:
+            return set()  # the cluster does not answer: keep everything, retry later
+        gone = {tp for tp in tps if tp[1] >= counts.get(tp[0], 0)}
+        # A revoke's commit and the periodic one may time out together: warn once.
+        dropped = gone & self._offsets.partitions.keys()
+        if dropped:
+            log.warning(
+                "topic_deleted",
+                topics=sorted({topic for topic, _ in dropped}),
+                partitions=sorted(dropped),
+                reason="the commit for them cannot succeed; they are dropped and the "
+                "group's other partitions go on",
+            )
+            self._offsets.forget(dropped)
+        return gone
 
     # --- introspection --------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, final
 
@@ -308,6 +308,9 @@ class _MemoryClients:
         self._consumer.leave()
         self._consumer = _MemoryConsumer(self._broker, self._group_id, self._reset)
         self._consumer.subscribe(*self._subscription)
+
+    async def partition_counts(self, topics: Collection[str]) -> dict[str, int]:
+        return {t: self._broker.partitions(t) for t in topics if t in self._broker.topics()}
 
     async def publish(
         self,
