@@ -141,7 +141,15 @@ class SecurityConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerConfig:
-    """Settings passed through to aiokafka's consumer."""
+    """Settings passed through to aiokafka's consumer.
+
+    ``metadata_max_age_ms`` is how often the consumer refreshes the cluster's
+    metadata, and so how soon it notices partitions added to a topic it reads.
+    aiokafka's default is 5 minutes; 30 s here costs one small request per broker
+    every 30 s. A partition added to a topic the group already reads starts at its
+    earliest offset whatever ``auto_offset_reset`` says, so the records written to
+    it before the consumer noticed are not skipped (KAFKA-12478).
+    """
 
     auto_offset_reset: OffsetReset = "earliest"
     session_timeout_ms: int = 10_000
@@ -149,6 +157,7 @@ class ConsumerConfig:
     max_poll_interval_ms: int = 300_000
     fetch_max_bytes: int = 52_428_800
     max_partition_fetch_bytes: int = 1_048_576
+    metadata_max_age_ms: int = 30_000
     client_id: str = "fairstream"
 
     def __post_init__(self) -> None:
@@ -159,6 +168,7 @@ class ConsumerConfig:
             "max_poll_interval_ms",
             "fetch_max_bytes",
             "max_partition_fetch_bytes",
+            "metadata_max_age_ms",
         ):
             _positive(name, getattr(self, name))
 

@@ -207,6 +207,7 @@ class AIOKafkaClients:
             max_poll_interval_ms=config.max_poll_interval_ms,
             fetch_max_bytes=config.fetch_max_bytes,
             max_partition_fetch_bytes=config.max_partition_fetch_bytes,
+            metadata_max_age_ms=config.metadata_max_age_ms,
             partition_assignment_strategy=(self._assignor,),
         )
 

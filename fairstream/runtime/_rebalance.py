@@ -121,6 +121,8 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
                 self._offsets.assign(tp, committed=plan.committed, metadata=plan.metadata)
         if clients is not None and plans:
             await self._catch_up(clients, plans)
+            if self._reset == "latest":
+                await self._start_unseen(clients, plans)
             self._clients.consumer.resume(*partitions)
         self._assigned()
         self.joined.set()
@@ -141,6 +143,39 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
             )
             for tp in tps
         }
+
+    async def _start_unseen(self, clients: ShadowClients, plans: dict[TP, CatchUp]) -> None:
+        """Where ``auto_offset_reset="latest"`` would skip records that matter.
+
+        A never-committed partition of a topic whose other partitions the group has
+        committed was added after the group started reading the topic: what was
+        written to it before this member noticed is unread, so it starts at its
+        earliest offset (KAFKA-12478). Any other never-committed partition starts at
+        its end, as configured, and that end is committed, so that a partition
+        added later is told apart even on a topic that has had no traffic.
+        """
+        fresh = {tp for tp, plan in plans.items() if plan.committed is None}
+        if not fresh:
+            return
+        try:
+            counts = await self._clients.partition_counts({topic for topic, _ in fresh})
+            siblings = {
+                (topic, partition) for topic in counts for partition in range(counts[topic])
+            } - fresh
+            seen = await clients.committed_offsets(siblings) if siblings else {}
+            bounds = await clients.offset_bounds(fresh)
+        except FairstreamError as exc:
+            log.warning("start_offsets_unread", reason=str(exc), partitions=sorted(fresh))
+            return  # aiokafka's reset applies, as before
+        known = {topic for (topic, _), commit in seen.items() if commit is not None}
+        for tp in sorted(fresh & bounds.keys()):
+            log_start, end = bounds[tp]
+            if tp[0] in known:
+                clients.seek(tp, log_start)
+                log.info("partition_added", topic=tp[0], partition=tp[1], starts_at=log_start)
+            else:
+                clients.seek(tp, end)
+                self._offsets.advance(tp, end)
 
     async def _catch_up(self, clients: ShadowClients, plans: dict[TP, CatchUp]) -> None:
         """Jump where planned and the broker keeps metadata; start the shadows."""

@@ -7,9 +7,9 @@ import uuid
 import anyio
 import pytest
 import structlog.testing
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 
-from fairstream import App, Record, SchedulerConfig
+from fairstream import App, ConsumerConfig, Record, SchedulerConfig
 from tests.conftest import Broker
 from tests.kafka_helpers import committed, create_topic, produce
 
@@ -77,3 +77,76 @@ async def test_a_deleted_topic_is_dropped_and_the_others_keep_flowing(
     deleted = [e for e in events if e["event"] == "topic_deleted"]
     assert [e["partitions"] for e in deleted] == [[(doomed, 1)]]
     assert sorted(offset for topic, offset in seen if topic == kept) == sorted(list(range(10)) * 2)
+
+
+async def _add_partitions(bootstrap: str, topic: str, total: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_partitions({topic: NewPartitions(total_count=total)})
+    finally:
+        await admin.close()
+
+
+async def test_records_in_added_partitions_are_read_under_latest(
+    noida: Broker, group_id: str
+) -> None:
+    """With auto_offset_reset="latest", a partition added while the app runs used to
+    start at its end once the consumer noticed it (after aiokafka's 5-minute metadata
+    age), skipping what was written to it meanwhile (KAFKA-12478)."""
+    topic = f"growing-{uuid.uuid4().hex[:6]}"
+    await create_topic(noida.bootstrap, topic, 2)
+    app = App(
+        bootstrap=noida.bootstrap,
+        group_id=group_id,
+        consumer=ConsumerConfig(auto_offset_reset="latest", metadata_max_age_ms=1_000),
+        scheduler=SchedulerConfig(commit_interval=0.2),
+    )
+    seen: set[tuple[int, bytes | None]] = set()
+
+    @app.subscriber(topic)
+    async def handle(record: Record[bytes]) -> None:
+        seen.add((record.partition, record.value))
+
+    expected = {(partition, b"%d" % i) for partition in (2, 3) for i in range(5)}
+    async with app:
+        with anyio.fail_after(30):
+            await app.wait_ready()
+        await produce(noida.bootstrap, topic, [(0, b"old"), (1, b"old")])
+        with anyio.fail_after(30):
+            while await committed(noida.bootstrap, group_id, topic, 2) != [1, 1]:  # noqa: ASYNC110
+                await anyio.sleep(0.2)
+        await _add_partitions(noida.bootstrap, topic, 4)
+        await produce(noida.bootstrap, topic, sorted(expected))
+        with anyio.fail_after(60):
+            while not expected <= seen:  # noqa: ASYNC110
+                await anyio.sleep(0.2)
+    assert expected <= seen
+
+
+async def test_the_start_of_a_quiet_topic_is_committed_under_latest(
+    noida: Broker, group_id: str
+) -> None:
+    """Without a commit, a partition added later could not be told apart from the
+    partitions of a topic that simply had no traffic yet."""
+    topic = f"quiet-{uuid.uuid4().hex[:6]}"
+    await create_topic(noida.bootstrap, topic, 2)
+    await produce(noida.bootstrap, topic, [(0, b"before"), (0, b"before"), (1, b"before")])
+    app = App(
+        bootstrap=noida.bootstrap,
+        group_id=group_id,
+        consumer=ConsumerConfig(auto_offset_reset="latest"),
+        scheduler=SchedulerConfig(commit_interval=0.2),
+    )
+    handled: list[bytes | None] = []
+
+    @app.subscriber(topic)
+    async def handle(record: Record[bytes]) -> None:
+        handled.append(record.value)
+
+    async with app:
+        with anyio.fail_after(30):
+            await app.wait_ready()
+            while await committed(noida.bootstrap, group_id, topic, 2) != [2, 1]:  # noqa: ASYNC110
+                await anyio.sleep(0.2)
+    assert handled == []  # latest: what was there before is skipped, as configured
