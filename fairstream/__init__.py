@@ -5,6 +5,8 @@ The public API lives here; ``fairstream.assign`` (pure planning),
 (backfills) are imported explicitly.
 """
 
+from types import FunctionType
+
 from fairstream.config import (
     ConsumerConfig,
     DeadLetterPolicy,
@@ -30,6 +32,7 @@ from fairstream.runtime._assignors import make_assignor
 from fairstream.runtime._decode import DecodeError, Decoder
 from fairstream.runtime._http import serve_status
 from fairstream.runtime._loader import load_app
+from fairstream.runtime._middleware import CallNext, Middleware
 from fairstream.runtime._record import Record
 from fairstream.runtime._stats import AppStats, PartitionStats
 
@@ -39,6 +42,7 @@ __all__ = [
     "BackfillError",
     "BrokerAdmin",
     "BrokerError",
+    "CallNext",
     "CommitError",
     "ConfigError",
     "ConsumerConfig",
@@ -50,6 +54,7 @@ __all__ = [
     "HandlerCancelled",
     "HandlerError",
     "Health",
+    "Middleware",
     "ParallelRebalance",
     "PartitionStats",
     "PlanError",
@@ -72,7 +77,7 @@ def _show_public_paths() -> None:
     """
     for name in __all__:
         obj = globals()[name]
-        if isinstance(obj, type) or callable(obj):
+        if isinstance(obj, type | FunctionType):  # type aliases keep theirs
             obj.__module__ = __name__
 
 

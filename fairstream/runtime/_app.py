@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -31,6 +31,7 @@ from fairstream.runtime._assignors import make_assignor
 from fairstream.runtime._clients import AIOKafkaClients, KafkaClients
 from fairstream.runtime._decode import Decoder, decoder_for
 from fairstream.runtime._engine import Ack, Engine
+from fairstream.runtime._middleware import Middleware, compose, publish_hooks
 from fairstream.runtime._record import Headers, Record
 from fairstream.runtime._stats import AppStats, prometheus_text
 from fairstream.runtime._subscriber import Subscriber
@@ -102,6 +103,7 @@ class App:
         ack: Ack = "auto",
         parallel_rebalance: bool | ParallelRebalance = False,
         clients: ClientsFactory | None = None,
+        middlewares: Sequence[Middleware] = (),
     ) -> None:
         env = from_env()
         self.bootstrap = bootstrap or env.get("bootstrap", "")
@@ -121,6 +123,9 @@ class App:
         self.instance_id = instance_id or env.get("instance_id")
         self.ack: Ack = ack
         self._clients_factory = clients or _aiokafka_clients
+        self.middlewares = tuple(middlewares)
+        compose(_nothing, self.middlewares)  # a bad middleware fails here, not at registration
+        self._publish_hooks = publish_hooks(self.middlewares)
         self._subscribers: list[Subscriber] = []
         self._engine: Engine | None = None
         self._clients: KafkaClients | None = None
@@ -145,6 +150,7 @@ class App:
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
+        middlewares: Sequence[Middleware] = (),
     ) -> Callable[[RecordHandler], RecordHandler]: ...
 
     @overload
@@ -157,6 +163,7 @@ class App:
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
+        middlewares: Sequence[Middleware] = (),
     ) -> Callable[[BatchHandler], BatchHandler]: ...
 
     @overload
@@ -169,6 +176,7 @@ class App:
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
+        middlewares: Sequence[Middleware] = (),
     ) -> Callable[[H], H]: ...
 
     def subscriber(
@@ -180,11 +188,15 @@ class App:
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
+        middlewares: Sequence[Middleware] = (),
     ) -> Callable[[H], H]:
         """Register an async handler for ``topics``; returns it unchanged.
 
         With ``batch=True`` the handler receives ``list[Record]`` of up to
         ``max_batch`` records from several partitions, each partition's in order.
+
+        ``middlewares`` wrap each call of this handler inside the app's own
+        (``App(middlewares=...)``), the first one outermost (README, "Middlewares").
 
         :raises ConfigError: for no topics, a topic already subscribed, a sync handler, a
             handler that does not take exactly one record (list), or an unresolvable hint.
@@ -219,7 +231,7 @@ class App:
                 Subscriber(
                     name=getattr(handler, "__qualname__", repr(handler)),
                     topics=tuple(topics),
-                    handler=handler,
+                    handler=compose(handler, (*self.middlewares, *middlewares)),
                     batch=batch,
                     max_batch=limit,
                     decoder=decoder_for(handler, batch=batch, decoder=decoder),
@@ -361,6 +373,8 @@ class App:
                 "publish from a handler or inside 'async with app'",
             )
         raw_key = key.encode() if isinstance(key, str) else key
+        for hook in self._publish_hooks:
+            headers = hook(topic, headers)
         await self._clients.publish(
             topic, _encode(value), key=raw_key, headers=headers, partition=partition
         )
@@ -405,6 +419,10 @@ class App:
             ready=state == "running" and member is not None,
             state=state,
         )
+
+
+async def _nothing(_message: object) -> None:
+    """The innermost handler a chain is checked against before any is registered."""
 
 
 def _parallel_rebalance(setting: bool | ParallelRebalance, ack: Ack) -> ParallelRebalance | None:
