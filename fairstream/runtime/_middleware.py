@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from fairstream.errors import ConfigError
 from fairstream.runtime._record import Headers
@@ -36,7 +36,6 @@ Middleware = Callable[[Any, CallNext], Awaitable[None]]
 """``async def mw(message, call_next) -> None``; ``message`` is a record or a batch list."""
 
 
-@runtime_checkable
 class PublishHeaders(Protocol):
     """A middleware that also adds headers to what ``App.publish`` sends."""
 
@@ -71,5 +70,9 @@ def publish_hooks(
     middlewares: Sequence[Middleware],
 ) -> tuple[Callable[[str, Headers], Headers], ...]:
     """The ``publish_headers`` methods of the middlewares that have one, in order."""
-    hooks: list[PublishHeaders] = [mw for mw in middlewares if isinstance(mw, PublishHeaders)]
-    return tuple(mw.publish_headers for mw in hooks)
+    hooks: list[Callable[[str, Headers], Headers]] = []
+    for middleware in middlewares:
+        hook = getattr(middleware, "publish_headers", None)
+        if callable(hook):
+            hooks.append(hook)
+    return tuple(hooks)
