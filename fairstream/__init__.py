@@ -34,7 +34,7 @@ from fairstream.runtime._http import serve_status
 from fairstream.runtime._loader import load_app
 from fairstream.runtime._middleware import CallNext, Middleware
 from fairstream.runtime._record import Record
-from fairstream.runtime._stats import AppStats, PartitionStats
+from fairstream.runtime._stats import AppStats, HandlerLatency, PartitionStats
 
 __all__ = [
     "App",
@@ -53,6 +53,7 @@ __all__ = [
     "HandlerAborted",
     "HandlerCancelled",
     "HandlerError",
+    "HandlerLatency",
     "Health",
     "Middleware",
     "ParallelRebalance",
