@@ -75,8 +75,10 @@ def _attributes(record: Record[Any], group_id: str | None) -> dict[str, str | in
 class TracingMiddleware:
     """A span per handled record (per dispatch for a batch handler); context in and out.
 
-    ``group_id`` fills ``messaging.consumer.group.name``; ``tracer_provider`` and
-    ``propagator`` default to the global ones OpenTelemetry's SDK set up.
+    ``messaging.consumer.group.name`` is ``group_id`` if given, else the group of the
+    app that took the middleware (read when each span starts, so ``--group-id``
+    applies); ``tracer_provider`` and ``propagator`` default to the global ones
+    OpenTelemetry's SDK set up.
     """
 
     def __init__(
@@ -87,8 +89,19 @@ class TracingMiddleware:
         propagator: TextMapPropagator | None = None,
     ) -> None:
         self.group_id = group_id
+        self._app: Any = None
         self._tracer: Tracer = trace.get_tracer(_SCOPE, tracer_provider=tracer_provider)
         self._propagator = propagator
+
+    def bind_app(self, app: Any) -> None:
+        """Called by the :class:`~fairstream.App` that takes this middleware."""
+        self._app = app
+
+    def _group(self) -> str | None:
+        if self.group_id is not None:
+            return self.group_id
+        group = getattr(self._app, "group_id", None)
+        return group if isinstance(group, str) else None
 
     def _extract(self, headers: Headers) -> otel_context.Context:
         propagator = self._propagator or propagate.get_global_textmap()
@@ -103,7 +116,7 @@ class TracingMiddleware:
             f"process {record.topic}",
             context=self._extract(record.headers),
             kind=SpanKind.CONSUMER,
-            attributes=_attributes(record, self.group_id),
+            attributes=_attributes(record, self._group()),
         ):
             await call_next(message)
 
@@ -117,8 +130,9 @@ class TracingMiddleware:
         }
         if len(topics) == 1:
             attributes["messaging.destination.name"] = topics[0]
-        if self.group_id is not None:
-            attributes["messaging.consumer.group.name"] = self.group_id
+        group = self._group()
+        if group is not None:
+            attributes["messaging.consumer.group.name"] = group
         links = list(_links(self._extract(r.headers) for r in records))
         with self._tracer.start_as_current_span(
             f"process {topics[0]}" if len(topics) == 1 else "process",

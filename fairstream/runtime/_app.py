@@ -31,10 +31,10 @@ from fairstream.runtime._assignors import make_assignor
 from fairstream.runtime._clients import AIOKafkaClients, KafkaClients
 from fairstream.runtime._decode import Decoder, decoder_for
 from fairstream.runtime._engine import Ack, Engine
-from fairstream.runtime._middleware import Middleware, compose, publish_hooks
+from fairstream.runtime._middleware import Middleware, bind_app, compose, publish_hooks
 from fairstream.runtime._record import Headers, Record
 from fairstream.runtime._stats import AppStats, prometheus_text
-from fairstream.runtime._subscriber import Subscriber
+from fairstream.runtime._subscriber import Handler, Subscriber
 
 __all__ = ["App", "Health"]
 
@@ -126,6 +126,7 @@ class App:
         self.middlewares = tuple(middlewares)
         compose(_nothing, self.middlewares)  # a bad middleware fails here, not at registration
         self._publish_hooks = publish_hooks(self.middlewares)
+        bind_app(self.middlewares, self)
         self._subscribers: list[Subscriber] = []
         self._engine: Engine | None = None
         self._clients: KafkaClients | None = None
@@ -231,7 +232,7 @@ class App:
                 Subscriber(
                     name=getattr(handler, "__qualname__", repr(handler)),
                     topics=tuple(topics),
-                    handler=compose(handler, (*self.middlewares, *middlewares)),
+                    handler=_with_middlewares(self, handler, middlewares),
                     batch=batch,
                     max_batch=limit,
                     decoder=decoder_for(handler, batch=batch, decoder=decoder),
@@ -419,6 +420,13 @@ class App:
             ready=state == "running" and member is not None,
             state=state,
         )
+
+
+def _with_middlewares(app: App, handler: H, middlewares: Sequence[Middleware]) -> Handler:
+    """``handler`` inside the app's middlewares and then its subscriber's own."""
+    chain = compose(handler, (*app.middlewares, *middlewares))
+    bind_app(middlewares, app)
+    return chain
 
 
 async def _nothing(_message: object) -> None:

@@ -15,7 +15,10 @@ Each attempt is wrapped, retries included; dead letters happen after the chain.
 
 A middleware object may also offer ``publish_headers(topic, headers) -> headers``
 (see :class:`PublishHeaders`): ``App.publish`` passes the headers of every record
-it sends through it, which is how tracing writes its context into them.
+it sends through it, which is how tracing writes its context into them. And
+``bind_app(app)``, called once when the app (or subscriber) takes it: tracing reads
+the group id from the app when a span starts, so ``fairstream run --group-id`` and
+``FAIRSTREAM_GROUP_ID`` show in the spans.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any, Protocol
 from fairstream.errors import ConfigError
 from fairstream.runtime._record import Headers
 
-__all__ = ["CallNext", "Middleware", "PublishHeaders", "compose", "publish_hooks"]
+__all__ = ["CallNext", "Middleware", "PublishHeaders", "bind_app", "compose", "publish_hooks"]
 
 CallNext = Callable[[Any], Awaitable[None]]
 """The rest of the chain: ``await call_next(message)`` runs it and the handler."""
@@ -76,3 +79,11 @@ def publish_hooks(
         if callable(hook):
             hooks.append(hook)
     return tuple(hooks)
+
+
+def bind_app(middlewares: Sequence[Middleware], app: object) -> None:
+    """Call ``bind_app(app)`` on the middlewares that have one."""
+    for middleware in middlewares:
+        bind = getattr(middleware, "bind_app", None)
+        if callable(bind):
+            bind(app)
