@@ -64,9 +64,12 @@ def _attributes(record: Record[Any], group_id: str | None) -> dict[str, str | in
     }
     if group_id is not None:
         attributes["messaging.consumer.group.name"] = group_id
-    if record.key is not None:
+    key = record.key
+    if isinstance(key, str):  # decoded by a key decoder
+        attributes["messaging.kafka.message.key"] = key
+    elif isinstance(key, bytes):
         with suppress(UnicodeDecodeError):  # the conventions record string keys only
-            attributes["messaging.kafka.message.key"] = record.key.decode()
+            attributes["messaging.kafka.message.key"] = key.decode()
     if record.raw is not None:
         attributes["messaging.message.body.size"] = len(record.raw)
     return attributes

@@ -29,7 +29,13 @@ from fairstream.errors import ConfigError, FairstreamError, HandlerAborted
 from fairstream.runtime._admin import BrokerAdmin
 from fairstream.runtime._assignors import make_assignor
 from fairstream.runtime._clients import AIOKafkaClients, KafkaClients
-from fairstream.runtime._decode import Decoder, decoder_for
+from fairstream.runtime._decode import (
+    Decoder,
+    decoder_for,
+    decoding_keys,
+    key_decoder_for,
+    passthrough,
+)
 from fairstream.runtime._engine import Ack, Engine
 from fairstream.runtime._middleware import Middleware, bind_app, compose, publish_hooks
 from fairstream.runtime._record import Headers, Record
@@ -41,8 +47,8 @@ __all__ = ["App", "Health"]
 log = structlog.get_logger(__name__)
 
 H = TypeVar("H", bound=Callable[..., Awaitable[None]])
-RecordHandler = TypeVar("RecordHandler", bound=Callable[[Record[Any]], Awaitable[None]])
-BatchHandler = TypeVar("BatchHandler", bound=Callable[[list[Record[Any]]], Awaitable[None]])
+RecordHandler = TypeVar("RecordHandler", bound=Callable[[Record[Any, Any]], Awaitable[None]])
+BatchHandler = TypeVar("BatchHandler", bound=Callable[[list[Record[Any, Any]]], Awaitable[None]])
 
 ClientsFactory = Callable[["App", list[Subscriber]], KafkaClients]
 
@@ -148,6 +154,7 @@ class App:
         batch: Literal[False] = False,
         max_batch: int | None = None,
         decoder: Decoder[Any] | None = None,
+        key_decoder: Decoder[Any] | None = None,
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
@@ -161,6 +168,7 @@ class App:
         batch: Literal[True],
         max_batch: int | None = None,
         decoder: Decoder[Any] | None = None,
+        key_decoder: Decoder[Any] | None = None,
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
@@ -174,6 +182,7 @@ class App:
         batch: bool = False,
         max_batch: int | None = None,
         decoder: Decoder[Any] | None = None,
+        key_decoder: Decoder[Any] | None = None,
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
@@ -186,6 +195,7 @@ class App:
         batch: bool = False,
         max_batch: int | None = None,
         decoder: Decoder[Any] | None = None,
+        key_decoder: Decoder[Any] | None = None,
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
@@ -195,6 +205,9 @@ class App:
 
         With ``batch=True`` the handler receives ``list[Record]`` of up to
         ``max_batch`` records from several partitions, each partition's in order.
+
+        ``key_decoder`` (or a ``Record[V, K]`` hint: ``Record[dict, str]``) decodes
+        keys too; ``Record[V]`` keeps them as bytes.
 
         ``middlewares`` wrap each call of this handler inside the app's own
         (``App(middlewares=...)``), the first one outermost (README, "Middlewares").
@@ -232,7 +245,13 @@ class App:
                 Subscriber(
                     name=getattr(handler, "__qualname__", repr(handler)),
                     topics=tuple(topics),
-                    handler=_with_middlewares(self, handler, middlewares),
+                    handler=_with_middlewares(
+                        self,
+                        handler,
+                        middlewares,
+                        key_decoder_for(handler, batch=batch, key_decoder=key_decoder),
+                        batch=batch,
+                    ),
                     batch=batch,
                     max_batch=limit,
                     decoder=decoder_for(handler, batch=batch, decoder=decoder),
@@ -422,11 +441,24 @@ class App:
         )
 
 
-def _with_middlewares(app: App, handler: H, middlewares: Sequence[Middleware]) -> Handler:
-    """``handler`` inside the app's middlewares and then its subscriber's own."""
+def _with_middlewares(
+    app: App,
+    handler: H,
+    middlewares: Sequence[Middleware],
+    key_decoder: Decoder[Any],
+    *,
+    batch: bool,
+) -> Handler:
+    """``handler`` inside the app's middlewares and then its subscriber's own.
+
+    Keys are decoded (when asked) before the outermost middleware, so every
+    middleware sees the record the handler gets.
+    """
     chain = compose(handler, (*app.middlewares, *middlewares))
     bind_app(middlewares, app)
-    return chain
+    if key_decoder is passthrough:
+        return chain
+    return decoding_keys(chain, key_decoder, batch=batch)
 
 
 async def _nothing(_message: object) -> None:

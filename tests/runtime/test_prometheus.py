@@ -74,6 +74,8 @@ async def test_the_collector_reads_stats_at_scrape_time(noida: Broker, group_id:
                 await event.wait()
         running = _scrape(registry)
     stopped = _scrape(registry)
+    # The dependency-free text carries the same totals.
+    assert f'fairstream_retries_total{{group_id="{group_id}"}} 4' in app.metrics_text()
 
     where = (("group_id", group_id), ("partition", "0"), ("topic", records))
     assert running[("fairstream_up", group)] == 1
