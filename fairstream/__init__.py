@@ -5,6 +5,8 @@ The public API lives here; ``fairstream.assign`` (pure planning),
 (backfills) are imported explicitly.
 """
 
+from types import FunctionType
+
 from fairstream.config import (
     ConsumerConfig,
     DeadLetterPolicy,
@@ -30,8 +32,9 @@ from fairstream.runtime._assignors import make_assignor
 from fairstream.runtime._decode import DecodeError, Decoder
 from fairstream.runtime._http import serve_status
 from fairstream.runtime._loader import load_app
+from fairstream.runtime._middleware import CallNext, Middleware
 from fairstream.runtime._record import Record
-from fairstream.runtime._stats import AppStats, PartitionStats
+from fairstream.runtime._stats import AppStats, HandlerLatency, PartitionStats
 
 __all__ = [
     "App",
@@ -39,6 +42,7 @@ __all__ = [
     "BackfillError",
     "BrokerAdmin",
     "BrokerError",
+    "CallNext",
     "CommitError",
     "ConfigError",
     "ConsumerConfig",
@@ -49,7 +53,9 @@ __all__ = [
     "HandlerAborted",
     "HandlerCancelled",
     "HandlerError",
+    "HandlerLatency",
     "Health",
+    "Middleware",
     "ParallelRebalance",
     "PartitionStats",
     "PlanError",
@@ -72,7 +78,7 @@ def _show_public_paths() -> None:
     """
     for name in __all__:
         obj = globals()[name]
-        if isinstance(obj, type) or callable(obj):
+        if isinstance(obj, type | FunctionType):  # type aliases keep theirs
             obj.__module__ = __name__
 
 

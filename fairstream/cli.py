@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from fairstream._cli_backfill import add_backfill
@@ -114,13 +115,15 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--http-port",
         type=int,
         default=None,
-        help="serve /metrics (Prometheus text), /health and /ready on --http-host:PORT "
+        help="serve /metrics (Prometheus text; through prometheus_client when the "
+        "prometheus extra is installed), /health and /ready on --http-host:PORT "
         "(default: no HTTP endpoint)",
     )
     parser.add_argument(
         "--http-host",
-        default="127.0.0.1",
-        help="address for --http-port (default 127.0.0.1; 0.0.0.0 for a container)",
+        default="0.0.0.0",
+        help="address for --http-port: every interface by default, so container probes "
+        "and Prometheus reach it on the pod's address; 127.0.0.1 keeps it local",
     )
     parser.set_defaults(run=_run_run, log_level_default="INFO")
 
@@ -166,9 +169,17 @@ async def _run_with_status(app: App, host: str, port: int) -> None:
 
     from fairstream import serve_status
 
+    try:
+        from fairstream.prometheus import metrics_text
+    except ImportError:  # the prometheus extra is missing: the dependency-free text
+        metrics = app.metrics_text
+    else:
+        metrics = partial(metrics_text, app)
     async with anyio.create_task_group() as tasks:
         await tasks.start(
-            lambda task_status: serve_status(app, host=host, port=port, task_status=task_status)
+            lambda task_status: serve_status(
+                app, host=host, port=port, metrics=metrics, task_status=task_status
+            )
         )
         await app.run()
         tasks.cancel_scope.cancel()

@@ -40,7 +40,14 @@ FORBIDDEN = {
         "anyio",
         "socket",
     ),
-    "runtime": ("fairstream.spark", "fairstream.testing", "fairstream.cli"),
+    # Tracing and metrics are extras the runtime must run without (fairstream.otel, .prometheus).
+    "runtime": (
+        "fairstream.spark",
+        "fairstream.testing",
+        "fairstream.cli",
+        "opentelemetry",
+        "prometheus_client",
+    ),
     "spark": ("fairstream.runtime", "fairstream.testing", "fairstream.cli"),
     "testing": ("fairstream.cli", "fairstream.spark"),
 }

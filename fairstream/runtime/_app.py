@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -29,19 +29,26 @@ from fairstream.errors import ConfigError, FairstreamError, HandlerAborted
 from fairstream.runtime._admin import BrokerAdmin
 from fairstream.runtime._assignors import make_assignor
 from fairstream.runtime._clients import AIOKafkaClients, KafkaClients
-from fairstream.runtime._decode import Decoder, decoder_for
+from fairstream.runtime._decode import (
+    Decoder,
+    decoder_for,
+    decoding_keys,
+    key_decoder_for,
+    passthrough,
+)
 from fairstream.runtime._engine import Ack, Engine
+from fairstream.runtime._middleware import Middleware, bind_app, compose, publish_hooks
 from fairstream.runtime._record import Headers, Record
 from fairstream.runtime._stats import AppStats, prometheus_text
-from fairstream.runtime._subscriber import Subscriber
+from fairstream.runtime._subscriber import Handler, Subscriber
 
 __all__ = ["App", "Health"]
 
 log = structlog.get_logger(__name__)
 
 H = TypeVar("H", bound=Callable[..., Awaitable[None]])
-RecordHandler = TypeVar("RecordHandler", bound=Callable[[Record[Any]], Awaitable[None]])
-BatchHandler = TypeVar("BatchHandler", bound=Callable[[list[Record[Any]]], Awaitable[None]])
+RecordHandler = TypeVar("RecordHandler", bound=Callable[[Record[Any, Any]], Awaitable[None]])
+BatchHandler = TypeVar("BatchHandler", bound=Callable[[list[Record[Any, Any]]], Awaitable[None]])
 
 ClientsFactory = Callable[["App", list[Subscriber]], KafkaClients]
 
@@ -102,6 +109,7 @@ class App:
         ack: Ack = "auto",
         parallel_rebalance: bool | ParallelRebalance = False,
         clients: ClientsFactory | None = None,
+        middlewares: Sequence[Middleware] = (),
     ) -> None:
         env = from_env()
         self.bootstrap = bootstrap or env.get("bootstrap", "")
@@ -121,6 +129,10 @@ class App:
         self.instance_id = instance_id or env.get("instance_id")
         self.ack: Ack = ack
         self._clients_factory = clients or _aiokafka_clients
+        self.middlewares = tuple(middlewares)
+        compose(_nothing, self.middlewares)  # a bad middleware fails here, not at registration
+        self._publish_hooks = publish_hooks(self.middlewares)
+        bind_app(self.middlewares, self)
         self._subscribers: list[Subscriber] = []
         self._engine: Engine | None = None
         self._clients: KafkaClients | None = None
@@ -142,9 +154,11 @@ class App:
         batch: Literal[False] = False,
         max_batch: int | None = None,
         decoder: Decoder[Any] | None = None,
+        key_decoder: Decoder[Any] | None = None,
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
+        middlewares: Sequence[Middleware] = (),
     ) -> Callable[[RecordHandler], RecordHandler]: ...
 
     @overload
@@ -154,9 +168,11 @@ class App:
         batch: Literal[True],
         max_batch: int | None = None,
         decoder: Decoder[Any] | None = None,
+        key_decoder: Decoder[Any] | None = None,
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
+        middlewares: Sequence[Middleware] = (),
     ) -> Callable[[BatchHandler], BatchHandler]: ...
 
     @overload
@@ -166,9 +182,11 @@ class App:
         batch: bool = False,
         max_batch: int | None = None,
         decoder: Decoder[Any] | None = None,
+        key_decoder: Decoder[Any] | None = None,
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
+        middlewares: Sequence[Middleware] = (),
     ) -> Callable[[H], H]: ...
 
     def subscriber(
@@ -177,14 +195,22 @@ class App:
         batch: bool = False,
         max_batch: int | None = None,
         decoder: Decoder[Any] | None = None,
+        key_decoder: Decoder[Any] | None = None,
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
+        middlewares: Sequence[Middleware] = (),
     ) -> Callable[[H], H]:
         """Register an async handler for ``topics``; returns it unchanged.
 
         With ``batch=True`` the handler receives ``list[Record]`` of up to
         ``max_batch`` records from several partitions, each partition's in order.
+
+        ``key_decoder`` (or a ``Record[V, K]`` hint: ``Record[dict, str]``) decodes
+        keys too; ``Record[V]`` keeps them as bytes.
+
+        ``middlewares`` wrap each call of this handler inside the app's own
+        (``App(middlewares=...)``), the first one outermost (README, "Middlewares").
 
         :raises ConfigError: for no topics, a topic already subscribed, a sync handler, a
             handler that does not take exactly one record (list), or an unresolvable hint.
@@ -219,7 +245,13 @@ class App:
                 Subscriber(
                     name=getattr(handler, "__qualname__", repr(handler)),
                     topics=tuple(topics),
-                    handler=handler,
+                    handler=_with_middlewares(
+                        self,
+                        handler,
+                        middlewares,
+                        key_decoder_for(handler, batch=batch, key_decoder=key_decoder),
+                        batch=batch,
+                    ),
                     batch=batch,
                     max_batch=limit,
                     decoder=decoder_for(handler, batch=batch, decoder=decoder),
@@ -362,6 +394,8 @@ class App:
                 "publish from a handler or inside 'async with app'",
             )
         raw_key = key.encode() if isinstance(key, str) else key
+        for hook in self._publish_hooks:
+            headers = hook(topic, headers)
         await self._clients.publish(
             topic, _encode(value), key=raw_key, headers=headers, partition=partition
         )
@@ -406,6 +440,30 @@ class App:
             ready=state == "running" and member is not None,
             state=state,
         )
+
+
+def _with_middlewares(
+    app: App,
+    handler: H,
+    middlewares: Sequence[Middleware],
+    key_decoder: Decoder[Any],
+    *,
+    batch: bool,
+) -> Handler:
+    """``handler`` inside the app's middlewares and then its subscriber's own.
+
+    Keys are decoded (when asked) before the outermost middleware, so every
+    middleware sees the record the handler gets.
+    """
+    chain = compose(handler, (*app.middlewares, *middlewares))
+    bind_app(middlewares, app)
+    if key_decoder is passthrough:
+        return chain
+    return decoding_keys(chain, key_decoder, batch=batch)
+
+
+async def _nothing(_message: object) -> None:
+    """The innermost handler a chain is checked against before any is registered."""
 
 
 def _parallel_rebalance(setting: bool | ParallelRebalance, ack: Ack) -> ParallelRebalance | None:

@@ -8,14 +8,23 @@ an explicit ``decoder=``, so the per-record path does no type inspection.
 from __future__ import annotations
 
 import json
+import types
 import typing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from fairstream.errors import ConfigError
+from fairstream.runtime._record import Record, with_key
 from fairstream.runtime._signature import record_annotation, record_parameter
 
-__all__ = ["DecodeError", "Decoder", "decoder_for", "passthrough"]
+__all__ = [
+    "DecodeError",
+    "Decoder",
+    "decoder_for",
+    "decoding_keys",
+    "key_decoder_for",
+    "passthrough",
+]
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -69,14 +78,33 @@ def _model(model: Any) -> Decoder[Any]:
     return decode
 
 
-def _value_type(hint: Any, batch: bool) -> Any:
-    """The ``T`` of the handler's ``Record[T]`` (or ``list[Record[T]]``) hint."""
+def _record_args(hint: Any, batch: bool) -> tuple[Any, ...]:
+    """The type arguments of the handler's ``Record[V, K]`` (or ``list[Record]``) hint."""
     if hint is None:
-        return bytes
+        return ()
     if batch and typing.get_origin(hint) in (list, typing.Sequence):
         (hint,) = typing.get_args(hint) or (bytes,)
-    args = typing.get_args(hint)
+    return typing.get_args(hint)
+
+
+def _value_type(hint: Any, batch: bool) -> Any:
+    """The ``V`` of the handler's ``Record[V]`` (or ``list[Record[V]]``) hint."""
+    args = _record_args(hint, batch)
     return args[0] if args else bytes
+
+
+def _decoder_of(value_type: Any) -> Decoder[Any] | None:
+    """The decoder for bytes into ``value_type``; ``None`` when none fits."""
+    if value_type in (bytes, typing.Any, object) or value_type is type(None):
+        return passthrough
+    if value_type is str:
+        return _text
+    origin = typing.get_origin(value_type) or value_type
+    if origin in (dict, list, int, float, bool):
+        return _json
+    if hasattr(value_type, "model_validate_json"):
+        return _model(value_type)
+    return None
 
 
 def decoder_for(
@@ -94,18 +122,71 @@ def decoder_for(
     if decoder is not None:
         return decoder
     value_type = _value_type(record_annotation(handler, parameter), batch)
-    if value_type in (bytes, typing.Any, object) or value_type is type(None):
+    chosen = _decoder_of(value_type)
+    if chosen is None:
+        raise ConfigError(
+            "handler",
+            getattr(handler, "__qualname__", handler),
+            f"cannot decode record values into {value_type!r}",
+            "annotate Record[bytes|str|dict|<pydantic model>] or pass decoder=",
+        )
+    return chosen
+
+
+def key_decoder_for(
+    handler: Callable[..., Any], *, batch: bool, key_decoder: Decoder[Any] | None
+) -> Decoder[Any]:
+    """The key decoder: the explicit one, else from the ``K`` of a ``Record[V, K]`` hint.
+
+    ``Record[V]`` (or a ``K`` of ``bytes | None``) keeps keys as bytes: :func:`passthrough`,
+    and the runtime adds nothing per record.
+
+    :raises ConfigError: no decoder fits the key type.
+    """
+    if key_decoder is not None:
+        return key_decoder
+    args = _record_args(record_annotation(handler, record_parameter(handler, batch=batch)), batch)
+    if len(args) < 2:
         return passthrough
-    if value_type is str:
-        return _text
-    origin = typing.get_origin(value_type) or value_type
-    if origin in (dict, list, int, float, bool):
-        return _json
-    if hasattr(value_type, "model_validate_json"):
-        return _model(value_type)
-    raise ConfigError(
-        "handler",
-        getattr(handler, "__qualname__", handler),
-        f"cannot decode record values into {value_type!r}",
-        "annotate Record[bytes|str|dict|<pydantic model>] or pass decoder=",
-    )
+    key_type = args[1]
+    if typing.get_origin(key_type) in (typing.Union, types.UnionType):
+        rest = [a for a in typing.get_args(key_type) if a is not type(None)]
+        key_type = rest[0] if len(rest) == 1 else key_type
+    chosen = _decoder_of(key_type)
+    if chosen is None:
+        raise ConfigError(
+            "handler",
+            getattr(handler, "__qualname__", handler),
+            f"cannot decode record keys into {args[1]!r}",
+            "annotate Record[V, bytes|str|dict|<pydantic model>] or pass key_decoder=",
+        )
+    return chosen
+
+
+def _key_of(decode: Decoder[Any], record: Record[Any]) -> Record[Any, Any]:
+    try:
+        return with_key(record, decode(record.key))
+    except DecodeError as exc:
+        raise DecodeError(f"key: {exc}".replace("key: value ", "key ", 1)) from exc
+
+
+def decoding_keys(
+    handler: Callable[[Any], Awaitable[None]], decode: Decoder[Any], *, batch: bool
+) -> Callable[[Any], Awaitable[None]]:
+    """``handler`` called with its record's (each batch record's) key decoded by ``decode``.
+
+    Wrapped around the middlewares, so they see the key the handler sees. A key that
+    does not decode fails the call like a handler error: retried, then the
+    subscriber's error policy (the record, key as sent, may be dead-lettered).
+    """
+    if batch:
+
+        async def call_batch(records: list[Record[Any]]) -> None:
+            await handler([_key_of(decode, record) for record in records])
+
+        return call_batch
+
+    async def call(record: Record[Any]) -> None:
+        await handler(_key_of(decode, record))
+
+    return call

@@ -246,6 +246,7 @@ class Engine:
             with anyio.fail_after(self._config.commit_timeout):
                 await self._clients.consumer.commit(request)
         except KafkaError as exc:
+            self.stats_recorder.commit_failures += 1
             log.warning(
                 "commit_failed", reason=f"{type(exc).__name__}: {exc}", partitions=len(pending)
             )
@@ -254,12 +255,14 @@ class Engine:
             gone = await self._deleted(set(pending))
             if gone:
                 return await self.commit(set(pending) - gone)
+            self.stats_recorder.commit_failures += 1
             log.warning(
                 "commit_failed",
                 reason=f"no answer within commit_timeout={self._config.commit_timeout} s",
                 partitions=len(pending),
             )
             return False
+        self.stats_recorder.commits += 1
         self._offsets.committed(pending)
         log.debug("offsets_committed", partitions=len(pending))
         return True
@@ -293,6 +296,7 @@ class Engine:
 
     def stats(self, member_id: str | None) -> AppStats:
         consumer = self._clients.consumer
+        recorder = self.stats_recorder
         partitions = []
         for tp, queue in sorted(self._scheduler.queues.items()):
             state = self._offsets.partitions.get(tp)
@@ -314,4 +318,12 @@ class Engine:
             buffered_records=self._scheduler.buffered,
             buffered_bytes=self._scheduler.buffered_bytes,
             partitions=tuple(partitions),
+            retries=recorder.retries,
+            dead_letters=recorder.dead_letters,
+            records_skipped=recorder.records_skipped,
+            commits=recorder.commits,
+            commit_failures=recorder.commit_failures,
+            rebalances=recorder.rebalances,
+            consumer_rebuilds=self._fetcher.rebuilt,
+            handler_latency=recorder.handler_latency(),
         )

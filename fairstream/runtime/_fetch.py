@@ -67,6 +67,8 @@ class Fetcher:
         self._pull = anyio.CancelScope()
         self._stopping = False
         self._rebuilds = 0
+        self.rebuilt = 0
+        """Consumers rebuilt since the app started (for ``app.stats()``)."""
 
     def stop(self) -> None:
         """Pull no more; the loop ends at its next turn."""
@@ -173,6 +175,7 @@ class Fetcher:
                 reason = str(exc)
                 log.warning("consumer_rebuild_failed", reason=reason, attempt=self._rebuilds)
                 continue
+            self.rebuilt += 1
             log.warning("consumer_rebuilt", reason=reason, attempt=self._rebuilds)
             return True
         self._fail(

@@ -136,6 +136,7 @@ class DispatchRunner:
     ) -> None:
         """``handled`` (a record or a batch) raised ``exc``: retry, then give ``queued`` up."""
         error, attempts = await call_with_retry(subscriber.handler, handled, subscriber.retry, exc)
+        self._stats.retries += attempts - 1
         if error is not None:
             await self._give_up(subscriber, queued, error, attempts)
 
@@ -170,6 +171,7 @@ class DispatchRunner:
                 error, attempts = await call_with_retry(
                     subscriber.handler, batch, subscriber.retry, first
                 )
+                self._stats.retries += attempts - 1
                 if error is not None:
                     await self._give_up_batch(subscriber, dispatch, batch, error, attempts)
         elapsed = time.perf_counter() - started
@@ -214,7 +216,7 @@ class DispatchRunner:
             self._stats.dead_lettered((raw.topic, raw.partition))
             log.error("record_dead_lettered", **where, attempts=attempts, error=reason)
         else:
-            self._stats.dead_lettered((raw.topic, raw.partition))
+            self._stats.skipped((raw.topic, raw.partition))
             log.error("record_skipped", **where, attempts=attempts, error=reason)
 
 

@@ -125,6 +125,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
                 await self._start_unseen(clients, plans)
             self._clients.consumer.resume(*partitions)
         self._assigned()
+        self._stats.rebalances += 1
         self.joined.set()
         log.info("partitions_assigned", group_id=self.group_id, partitions=sorted(tps))
 

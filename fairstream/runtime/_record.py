@@ -7,11 +7,23 @@ building it costs a third as much, and one is built for every record consumed.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple
 
-__all__ = ["TP", "Headers", "Record", "as_records", "record_bytes", "record_from", "with_value"]
+from typing_extensions import TypeVar
+
+__all__ = [
+    "TP",
+    "Headers",
+    "Record",
+    "as_records",
+    "record_bytes",
+    "record_from",
+    "with_key",
+    "with_value",
+]
 
 T = TypeVar("T")
+K = TypeVar("K", default=bytes | None)
 
 TP = tuple[str, int]
 """A partition: (topic, partition). Plain tuples hash and compare fast, and every
@@ -20,9 +32,11 @@ runtime room keys its per-partition state by one."""
 Headers = tuple[tuple[str, bytes], ...]
 
 
-class Record(NamedTuple, Generic[T]):
-    """One Kafka record with its value decoded for the handler.
+class Record(NamedTuple, Generic[T, K]):
+    """One Kafka record with its value (and, with a key decoder, its key) decoded.
 
+    ``Record[V]`` is ``Record[V, bytes | None]``: the key as it was sent.
+    ``Record[V, str]`` (or ``dict``, a pydantic model) asks for a decoded key.
     ``replay`` is true for records re-read by a KIP-333 shadow task, i.e. older
     than records the handler may already have seen for this partition.
     """
@@ -30,7 +44,7 @@ class Record(NamedTuple, Generic[T]):
     topic: str
     partition: int
     offset: int
-    key: bytes | None
+    key: K
     value: T
     headers: Headers
     timestamp: int
@@ -89,6 +103,24 @@ def with_value(record: Record[bytes], value: T) -> Record[T]:
             record.offset,
             record.key,
             value,
+            record.headers,
+            record.timestamp,
+            record.raw,
+            record.replay,
+        ),
+    )
+
+
+def with_key(record: Record[T], key: Any) -> Record[T, Any]:
+    """``record`` with its key decoded."""
+    return _new_record(
+        Record,
+        (
+            record.topic,
+            record.partition,
+            record.offset,
+            key,
+            record.value,
             record.headers,
             record.timestamp,
             record.raw,

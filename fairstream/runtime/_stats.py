@@ -8,12 +8,24 @@ costs nothing on the hot path.
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 
 from fairstream.runtime._record import TP
 
-__all__ = ["AppStats", "PartitionStats", "StatsRecorder", "prometheus_text"]
+__all__ = [
+    "HANDLER_BUCKETS",
+    "TOTALS",
+    "AppStats",
+    "HandlerLatency",
+    "PartitionStats",
+    "StatsRecorder",
+    "prometheus_text",
+]
+
+HANDLER_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
+"""Upper bounds (seconds) of the handler-time histogram; ``+Inf`` is implied."""
 
 
 @dataclass(slots=True)
@@ -40,8 +52,30 @@ class PartitionStats:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HandlerLatency:
+    """Handler seconds per record as a histogram: ``counts[i]`` records took at most
+    ``buckets[i]`` (cumulative, like Prometheus's ``le``); ``count`` and ``sum`` of all.
+
+    Timed per slice (one clock read per partition per dispatch, never per record): a
+    slice's records are each counted at the slice's mean, and a batch handler's
+    records at the dispatch time divided among them.
+    """
+
+    buckets: tuple[float, ...] = HANDLER_BUCKETS
+    counts: tuple[int, ...] = (0,) * len(HANDLER_BUCKETS)
+    count: int = 0
+    sum: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AppStats:
-    """A snapshot of the app: its state and every partition it owns."""
+    """A snapshot of the app: its state, every partition it owns, and app-wide totals.
+
+    The totals count since the app was created, partitions it no longer owns included:
+    handler ``retries``, records ``dead_letters`` (published to a dead-letter topic) and
+    ``records_skipped`` (``on_error='skip'``), ``commits`` and ``commit_failures``,
+    ``rebalances`` (assignments received) and ``consumer_rebuilds``.
+    """
 
     group_id: str
     member_id: str | None
@@ -49,6 +83,14 @@ class AppStats:
     buffered_records: int
     buffered_bytes: int
     partitions: tuple[PartitionStats, ...]
+    retries: int = 0
+    dead_letters: int = 0
+    records_skipped: int = 0
+    commits: int = 0
+    commit_failures: int = 0
+    rebalances: int = 0
+    consumer_rebuilds: int = 0
+    handler_latency: HandlerLatency = field(default_factory=HandlerLatency)
 
     @property
     def handled(self) -> int:
@@ -65,6 +107,14 @@ class StatsRecorder:
     def __init__(self) -> None:
         self._counters: dict[TP, _Counters] = {}
         self.total_handled = 0
+        self.retries = 0
+        self.dead_letters = 0
+        self.records_skipped = 0
+        self.commits = 0
+        self.commit_failures = 0
+        self.rebalances = 0
+        self._buckets = [0] * (len(HANDLER_BUCKETS) + 1)  # the last one is +Inf
+        self._handler_seconds = 0.0
 
     def _of(self, tp: TP) -> _Counters:
         counters = self._counters.get(tp)
@@ -77,9 +127,30 @@ class StatsRecorder:
         counters.handled += count
         counters.busy_seconds += seconds
         self.total_handled += count
+        if count:
+            self._buckets[bisect_left(HANDLER_BUCKETS, seconds / count)] += count
+            self._handler_seconds += seconds
 
     def dead_lettered(self, tp: TP) -> None:
+        """A record of ``tp`` failed every attempt and was published to its dead-letter topic."""
         self._of(tp).dead_lettered += 1
+        self.dead_letters += 1
+
+    def skipped(self, tp: TP) -> None:
+        """A record of ``tp`` failed every attempt and was dropped (``on_error='skip'``)."""
+        self._of(tp).dead_lettered += 1
+        self.records_skipped += 1
+
+    def handler_latency(self) -> HandlerLatency:
+        cumulative, total = [], 0
+        for count in self._buckets[:-1]:
+            total += count
+            cumulative.append(total)
+        return HandlerLatency(
+            counts=tuple(cumulative),
+            count=total + self._buckets[-1],
+            sum=self._handler_seconds,
+        )
 
     def sample(self, now: float | None = None) -> None:
         """Remember current totals so that rates can be computed later."""
@@ -142,4 +213,20 @@ def prometheus_text(stats: AppStats) -> str:
     lines.append("# HELP fairstream_up 1 when the consumer is running and has joined its group")
     lines.append("# TYPE fairstream_up gauge")
     lines.append(f'fairstream_up{{group_id="{group}"}} {int(stats.state == "running")}')
+    for name, doc in TOTALS:
+        lines.append(f"# HELP fairstream_{name}_total {doc}")
+        lines.append(f"# TYPE fairstream_{name}_total counter")
+        lines.append(f'fairstream_{name}_total{{group_id="{group}"}} {getattr(stats, name)}')
     return "\n".join(lines) + "\n"
+
+
+TOTALS = (
+    ("retries", "handler calls repeated after a failure"),
+    ("dead_letters", "records published to a dead-letter topic"),
+    ("records_skipped", "records dropped after failing every attempt (on_error='skip')"),
+    ("commits", "offset commits the broker accepted"),
+    ("commit_failures", "offset commits the broker refused (retried later)"),
+    ("rebalances", "partition assignments received"),
+    ("consumer_rebuilds", "Kafka consumers rebuilt after a fatal fetch error"),
+)
+"""App-wide counters of :class:`AppStats`: name and help, for either exposition."""

@@ -59,6 +59,8 @@ async def test_sigterm_drains_commits_and_exits_zero(
         assert ready.status_code == 200 and ready.json()["state"] == "running"
         assert 'fairstream_partition_handled_total{group_id="' in metrics.text
         assert "# TYPE fairstream_partition_lag gauge" in metrics.text
+        # prometheus_client is installed (dev extra): its collector serves the histogram.
+        assert 'fairstream_handler_seconds_bucket{group_id="' in metrics.text
         assert missing.status_code == 404
         process.send_signal(signal.SIGTERM)
         await anyio.to_thread.run_sync(process.wait, 30)

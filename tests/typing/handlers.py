@@ -46,3 +46,24 @@ def batching(flag: bool) -> None:
     # A computed flag picks neither overload's Literal and takes any async handler.
     @app.subscriber("pages", batch=flag)
     async def either(record: Record[bytes]) -> None: ...
+
+
+# Record[V] keeps keys as bytes; Record[V, K] asks for decoded keys.
+@app.subscriber("users")
+async def keyed(record: Record[dict[str, Any], str]) -> None:
+    assert_type(record.key, str)
+    assert_type(record.value, dict[str, Any])
+
+
+@app.subscriber("profiles", batch=True)
+async def keyed_batch(records: list[Record[str, dict[str, Any]]]) -> None:
+    assert_type(records[0].key, dict[str, Any])
+
+
+def key_as_hex(raw: bytes | None, /) -> str:
+    return raw.hex() if raw else ""
+
+
+@app.subscriber("sessions", key_decoder=key_as_hex)
+async def custom_key(record: Record[bytes, Any]) -> None:
+    assert_type(record.key, Any)
