@@ -109,8 +109,10 @@ def commit(
     commits: Sequence[PartitionCommit],
     *,
     kafka_config: Mapping[str, str] | None = None,
+    job: str = "backfill",
 ) -> None:
-    """Commit the offsets and shadow metadata in one request.
+    """Commit the offsets and shadow metadata in one request; ``job`` names the caller
+    (``backfill``, ``stream``) in logs and errors.
 
     :raises CommitError: the broker refused a partition's commit (for example
         because the group has live members) or could not be reached.
@@ -122,18 +124,22 @@ def commit(
         try:
             answered = consumer.commit(offsets=offsets, asynchronous=False) or []
         except KafkaException as exc:
-            raise CommitError(_refused(exc.args[0].str()), group_id=group_id) from exc
+            raise CommitError(_refused(job, exc.args[0].str()), group_id=group_id) from exc
     failed = [tp for tp in answered if tp.error is not None]
     if failed:
         first = failed[0]
-        raise CommitError(
-            _refused(f"{first.topic}[{first.partition}]: {first.error.str()}"), group_id=group_id
+        reason = f"{first.topic}[{first.partition}]: {first.error.str()}"
+        raise CommitError(_refused(job, reason), group_id=group_id)
+    log.info(f"{job}_committed", group_id=group_id, partitions=len(commits))
+
+
+def _refused(job: str, reason: str) -> str:
+    if job == "stream":
+        return (
+            f"committing the stream's group offsets failed ({reason}); Spark's checkpoint "
+            "holds the progress, so stop the group's other consumers or set commitToGroup=false"
         )
-    log.info("backfill_committed", group_id=group_id, partitions=len(commits))
-
-
-def _refused(reason: str) -> str:
     return (
-        f"committing the backfill's offsets failed ({reason}); the job's work is done, so "
+        f"committing the {job}'s offsets failed ({reason}); the job's work is done, so "
         "stop the group's live consumers and rerun, or rerun without committing"
     )
