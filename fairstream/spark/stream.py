@@ -71,26 +71,13 @@ __all__ = ["StreamOptions", "StreamReader", "register"]
 
 log = structlog.get_logger(__name__)
 
-_OPTIONS = frozenset(
-    name.lower()
-    for name in [
-        "bootstrap",
-        "topics",
-        "group_id",
-        "startingOffsets",
-        "maxRecordsPerBatch",
-        "admission",
-        "parallelCatchUp",
-        "catchUpThreshold",
-        "catchUpShare",
-        "commitToGroup",
-        "maxTasks",
-        "stall_timeout",
-        "batch_size",
-        "handler",
-        "path",
-    ]
+_NAMES = (
+    *("bootstrap", "topics", "group_id", "startingOffsets", "maxRecordsPerBatch", "admission"),
+    *("parallelCatchUp", "catchUpThreshold", "catchUpShare", "commitToGroup", "maxTasks"),
+    *("stall_timeout", "batch_size", "handler"),
 )
+_OPTIONS = frozenset(name.lower() for name in [*_NAMES, "path"])
+"""Spark hands options over lower-cased; ``path`` is what ``load(path)`` sets."""
 _MIN_CHUNK = 1000
 """Offsets below which a partition's batch range is not cut for several tasks."""
 
@@ -150,7 +137,7 @@ class StreamOptions:
 
 
 def _options_hint() -> str:
-    return "known: " + ", ".join(sorted(_OPTIONS - {"path"})) + ", kafka.<key>"
+    return "known: " + ", ".join(_NAMES) + ", kafka.<key>"
 
 
 def _optional_int(options: Mapping[str, str], key: str) -> int | None:
@@ -186,6 +173,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._target: dict[TopicPartition, int] | None = None
         self._committed: StreamOffset | None = None
+        self._log_starts: dict[TopicPartition, int] | None = None
 
     def _states(self) -> list[PartitionState]:
         o = self.options
@@ -210,6 +198,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = self._parse(start)
         states = self._states()
         self._commit(begin, states)
+        self._log_starts = {(s.topic, s.partition): s.log_start for s in states}
         logs = {}
         for s in states:
             tp = (s.topic, s.partition)
@@ -226,7 +215,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return StreamOffset(self.options.group_id, end).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        chunks = batch_ranges(self._parse(start).positions, self._parse(end).positions)
+        if self._log_starts is None:  # a batch rerun after a restart: no latestOffset yet
+            self._log_starts = {(s.topic, s.partition): s.log_start for s in self._states()}
+        begin, done = self._parse(start).positions, self._parse(end).positions
+        chunks = batch_ranges(begin, done, self._log_starts)
         if not chunks:
             return []
         total = sum(len(c) for c in chunks)

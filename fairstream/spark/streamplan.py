@@ -238,16 +238,20 @@ def _difference(ranges: Iterable[OffsetRange], cuts: Iterable[OffsetRange]) -> l
 
 
 def batch_ranges(
-    start: Mapping[TopicPartition, Position], end: Mapping[TopicPartition, Position]
+    start: Mapping[TopicPartition, Position],
+    end: Mapping[TopicPartition, Position],
+    log_starts: Mapping[TopicPartition, int] | None = None,
 ) -> list[Chunk]:
-    """The offsets one batch reads: what ``start`` owed and ``end`` no longer owes.
+    """The offsets one batch reads: what ``start`` owed and ``end`` no longer owes,
+    without what retention deleted below each partition's log start.
 
     A partition new in ``end`` is read from the next batch on (see :func:`admit`).
     """
     chunks = []
     for (topic, partition), after in sorted(end.items()):
         before = start.get((topic, partition), after)
-        for r in _difference(before.owed(), after.owed()):
+        deleted = OffsetRange(0, (log_starts or {}).get((topic, partition), 0))
+        for r in _difference(before.owed(), [*after.owed(), deleted]):
             chunks.append(Chunk(topic=topic, partition=partition, start=r.start, end=r.end))
     return chunks
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from fairstream.ranges import decode_shadow
 from fairstream.spark import register
@@ -93,7 +94,7 @@ def test_catch_up_ranges_resume_from_the_checkpoint_and_reach_the_group(
         .start(str(out))
     )
     while not query.recentProgress:
-        query.awaitTermination(0.2)
+        time.sleep(0.2)
     query.stop()
     first = written(out)
     assert sorted((p, o) for p, o, _ in first) == [(0, o) for o in range(300)] + [
@@ -113,12 +114,23 @@ def test_catch_up_ranges_resume_from_the_checkpoint_and_reach_the_group(
     assert [(s.committed, decode_shadow(s.metadata)) for s in states] == [(3000, []), (150, [])]
 
 
-def test_unknown_option_fails_the_query_with_one_line(
-    spark: SparkSession, noida: Broker, group_id: str
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("maxRecordPerBatch", "5", "ConfigError: maxrecordperbatch='5': unknown option"),
+        ("admission", "fastest", "ConfigError: admission='fastest': unknown admission"),
+    ],
+)
+def test_bad_option_fails_the_query_naming_it(
+    spark: SparkSession,
+    noida: Broker,
+    group_id: str,
+    tmp_path: Path,
+    option: str,
+    value: str,
+    message: str,
 ) -> None:
-    register(spark)
-    with pytest.raises(Exception, match="maxRecordPerBatch.*unknown option") as caught:
-        spark.readStream.format("fairstream").option("bootstrap", noida.bootstrap).option(
-            "topics", "t"
-        ).option("group_id", group_id).option("maxRecordPerBatch", "5").load()
-    print(str(caught.value)[:2000])
+    options = {"bootstrap": noida.bootstrap, "topics": "t", "group_id": group_id, option: value}
+    with pytest.raises(Exception) as caught:
+        run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
+    assert message in str(caught.value)
