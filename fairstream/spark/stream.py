@@ -67,7 +67,7 @@ try:
 except ImportError as exc:
     raise missing_extra(exc) from exc
 
-__all__ = ["StreamOptions", "StreamReader", "register"]
+__all__ = ["StreamOptions", "StreamReader", "log_ends", "register"]
 
 log = structlog.get_logger(__name__)
 
@@ -162,6 +162,16 @@ def _flag(options: Mapping[str, str], key: str, default: bool) -> bool:
     return str(text).lower() == "true"
 
 
+def log_ends(reported: Mapping[str, Any] | None) -> dict[TopicPartition, int]:
+    """Parse :meth:`StreamReader.reportLatestOffset` back (empty for anything else)."""
+    ends = (reported or {}).get("log_ends")
+    if not isinstance(ends, dict):
+        return {}
+    return {
+        (key.rpartition("/")[0], int(key.rpartition("/")[2])): int(v) for key, v in ends.items()
+    }
+
+
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The stream reader Spark drives: offsets, admission, tasks, group commits.
 
@@ -174,6 +184,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[TopicPartition, int] | None = None
         self._committed: StreamOffset | None = None
         self._log_starts: dict[TopicPartition, int] | None = None
+        self._log_ends: dict[str, int] | None = None
 
     def _states(self) -> list[PartitionState]:
         o = self.options
@@ -199,6 +210,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         states = self._states()
         self._commit(begin, states)
         self._log_starts = {(s.topic, s.partition): s.log_start for s in states}
+        self._log_ends = {f"{s.topic}/{s.partition}": s.log_end for s in states}
         logs = {}
         for s in states:
             tp = (s.topic, s.partition)
@@ -213,6 +225,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if all(begin.positions.get(tp) == pos for tp, pos in end.items()):
             return start  # Spark's "no new data": the same offset back
         return StreamOffset(self.options.group_id, end).to_json()
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The log ends seen by the last :meth:`latestOffset` (``"topic/partition"``
+        keys), for the query's progress: :func:`log_ends` reads them back for lag."""
+        return None if self._log_ends is None else {"log_ends": self._log_ends}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         if self._log_starts is None:  # a batch rerun after a restart: no latestOffset yet

@@ -43,6 +43,7 @@ __all__ = [
     "admit",
     "batch_ranges",
     "group_commits",
+    "lag_by_topic",
     "proportional_split",
     "water_fill",
 ]
@@ -272,3 +273,15 @@ def group_commits(
                 )
             )
     return commits
+
+
+def lag_by_topic(
+    done: Mapping[TopicPartition, Position], log_ends: Mapping[TopicPartition, int]
+) -> dict[str, int]:
+    """Records each topic still owes: new ones past ``next`` plus open catch-up ranges."""
+    lag: dict[str, int] = {}
+    for (topic, partition), end in sorted(log_ends.items()):
+        pos = done.get((topic, partition), Position(end))
+        owed = max(end - pos.next, 0) + sum(len(r) for r in pos.catchup)
+        lag[topic] = lag.get(topic, 0) + owed
+    return lag
