@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from fairstream.cli import main
 from fairstream.spark import BackfillRecord
 from fairstream.spark.cluster import read_states
+from fairstream.spark.handlers import load_handler
 from fairstream.spark.streamjob import BatchProgress, StreamJob, run_stream
 from tests.conftest import Broker
 from tests.spark.conftest import fill_topic
@@ -100,3 +101,13 @@ def test_bad_input_prints_one_line_and_exits_2(
     err = capsys.readouterr().err
     assert message in err
     assert len(err.strip().splitlines()) == 1, err
+
+
+def test_example_stream_handler_writes_a_line_per_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STREAM_OUT", str(tmp_path))
+    handle = load_handler("examples.stream_handler:handle")
+    handle(BackfillRecord("clicks", 3, 17, None, b"checkout", (), 1_700_000_000_000))
+    (written,) = tmp_path.glob(f"clicks-{os.getpid()}.txt")
+    assert written.read_text() == "3 17 checkout\n"
