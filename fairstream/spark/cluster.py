@@ -62,8 +62,11 @@ def read_states(
     *,
     kafka_config: Mapping[str, str] | None = None,
     timeout: float = 15.0,
+    quiet: bool = False,
 ) -> list[PartitionState]:
     """Watermarks, committed offset and commit metadata of every partition of ``topics``.
+
+    ``quiet`` logs nothing (the streaming source reads the states every batch).
 
     :raises ConfigError: a topic does not exist.
     :raises BrokerError: the cluster did not answer within ``timeout`` seconds.
@@ -99,7 +102,8 @@ def read_states(
                 bootstrap=bootstrap,
                 retriable=error.retriable(),
             ) from exc
-    log.info("group_state_read", group_id=group_id, topics=list(topics), partitions=len(states))
+    if not quiet:
+        log.info("group_state_read", group_id=group_id, topics=list(topics), partitions=len(states))
     return states
 
 
@@ -130,7 +134,8 @@ def commit(
         first = failed[0]
         reason = f"{first.topic}[{first.partition}]: {first.error.str()}"
         raise CommitError(_refused(job, reason), group_id=group_id)
-    log.info(f"{job}_committed", group_id=group_id, partitions=len(commits))
+    if job != "stream":  # a stream commits every batch; its progress is Spark's to report
+        log.info(f"{job}_committed", group_id=group_id, partitions=len(commits))
 
 
 def _refused(job: str, reason: str) -> str:

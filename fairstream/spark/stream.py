@@ -78,8 +78,8 @@ _NAMES = (
 )
 _OPTIONS = frozenset(name.lower() for name in [*_NAMES, "path"])
 """Spark hands options over lower-cased; ``path`` is what ``load(path)`` sets."""
-_MIN_CHUNK = 1000
-"""Offsets below which a partition's batch range is not cut for several tasks."""
+_TASK_RECORDS = 10_000
+"""Records a batch needs per Spark task before it gets another (up to ``maxTasks``)."""
 
 
 def register(spark: SparkSession) -> None:
@@ -239,9 +239,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not chunks:
             return []
         total = sum(len(c) for c in chunks)
-        size = max(_MIN_CHUNK, math.ceil(total / self.options.max_tasks))
-        tasks = place_chunks(split_ranges(chunks, size), self.options.max_tasks)
-        log.debug("stream_batch_planned", records=total, tasks=len(tasks))
+        # A task costs a Kafka client and a round trip, so small batches get few tasks.
+        wanted = min(self.options.max_tasks, math.ceil(total / _TASK_RECORDS))
+        tasks = place_chunks(split_ranges(chunks, math.ceil(total / wanted)), wanted)
         return [TaskPartition(i, task) for i, task in enumerate(tasks)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
