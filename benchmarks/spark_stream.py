@@ -133,6 +133,8 @@ def run_query(spark: object, bootstrap: str, args: argparse.Namespace, mode: str
         )
         try:
             while run.drained_after is None and time.monotonic() - began < args.limit:
+                if not query.isActive:
+                    raise SystemExit(f"the {mode} query failed: {query.exception()}")
                 time.sleep(0.5)
         finally:
             query.stop()

@@ -344,6 +344,10 @@ def _take(
             # The log ends here: offsets up to this point that were not delivered
             # (transaction markers, compaction) will never come.
             return chunk.end if offset >= chunk.end else position
+        if message.topic() is None:
+            # A client-level event (a coordinator lookup failed, say), not about this
+            # range: librdkafka retries it, and the stall timeout names it if it lasts.
+            return position
         raise BrokerError(
             f"reading {chunk.topic}[{chunk.partition}] at offset {position} failed: {error.str()}; "
             "check that the range still exists (retention) and the reader may fetch it",

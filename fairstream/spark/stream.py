@@ -188,7 +188,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _states(self) -> list[PartitionState]:
         o = self.options
-        return read_states(o.read.bootstrap, o.group_id, o.topics, kafka_config=o.read.kafka_config)
+        kafka = o.read.kafka_config
+        return read_states(o.read.bootstrap, o.group_id, o.topics, kafka_config=kafka, quiet=True)
 
     def initialOffset(self) -> dict[str, Any]:
         states = self._states()

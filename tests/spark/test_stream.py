@@ -134,3 +134,16 @@ def test_bad_option_fails_the_query_naming_it(
     with pytest.raises(Exception) as caught:
         run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
     assert message in str(caught.value)
+
+
+def test_a_checkpoint_of_another_query_is_refused(
+    spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path
+) -> None:
+    topic = fill_topic(noida.bootstrap, [20])
+    options = {"bootstrap": noida.bootstrap, "topics": topic, "group_id": group_id}
+    checkpoint = tmp_path / "ck"
+    run_available_now(spark, options, tmp_path / "out", checkpoint)
+    other = {**options, "group_id": f"{group_id}-other"}
+    with pytest.raises(Exception, match="the checkpoint belongs to another query"):
+        run_available_now(spark, other, tmp_path / "out", checkpoint)
+    assert read_states(noida.bootstrap, f"{group_id}-other", [topic])[0].committed is None
