@@ -25,7 +25,6 @@ source's ``stall_timeout``, ``batch_size``, ``handler`` and ``kafka.<key>``.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -36,7 +35,7 @@ from fairstream.errors import ConfigError
 from fairstream.spark._extra import missing_extra
 from fairstream.spark.cluster import commit, read_states
 from fairstream.spark.handlers import decode_handler, handle_batches
-from fairstream.spark.planning import PartitionState, place_chunks, split_ranges
+from fairstream.spark.planning import PartitionState
 from fairstream.spark.source import (
     FairstreamDataSource,
     ReadSettings,
@@ -52,6 +51,7 @@ from fairstream.spark.streamplan import (
     admit,
     batch_ranges,
     group_commits,
+    plan_tasks,
 )
 
 try:
@@ -78,8 +78,6 @@ _NAMES = (
 )
 _OPTIONS = frozenset(name.lower() for name in [*_NAMES, "path"])
 """Spark hands options over lower-cased; ``path`` is what ``load(path)`` sets."""
-_TASK_RECORDS = 10_000
-"""Records a batch needs per Spark task before it gets another (up to ``maxTasks``)."""
 
 
 def register(spark: SparkSession) -> None:
@@ -236,13 +234,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._log_starts is None:  # a batch rerun after a restart: no latestOffset yet
             self._log_starts = {(s.topic, s.partition): s.log_start for s in self._states()}
         begin, done = self._parse(start).positions, self._parse(end).positions
-        chunks = batch_ranges(begin, done, self._log_starts)
-        if not chunks:
-            return []
-        total = sum(len(c) for c in chunks)
-        # A task costs a Kafka client and a round trip, so small batches get few tasks.
-        wanted = min(self.options.max_tasks, math.ceil(total / _TASK_RECORDS))
-        tasks = place_chunks(split_ranges(chunks, math.ceil(total / wanted)), wanted)
+        tasks = plan_tasks(batch_ranges(begin, done, self._log_starts), self.options.max_tasks)
         return [TaskPartition(i, task) for i, task in enumerate(tasks)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -27,13 +27,13 @@ The group's commit (:func:`group_commits`) is the runtime's format: the offset i
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from fairstream.errors import ConfigError
 from fairstream.ranges import OffsetRange, encode_shadow, merge_ranges
-from fairstream.spark.planning import Chunk, PartitionCommit
+from fairstream.spark.planning import Chunk, PartitionCommit, place_chunks, split_ranges
 
 __all__ = [
     "Admission",
@@ -44,12 +44,16 @@ __all__ = [
     "batch_ranges",
     "group_commits",
     "lag_by_topic",
+    "plan_tasks",
     "proportional_split",
     "water_fill",
 ]
 
 TopicPartition = tuple[str, int]
 Mode = Literal["fair", "proportional"]
+
+TASK_RECORDS = 10_000
+"""Records a batch needs per Spark task before it gets another (up to ``max_tasks``)."""
 
 _TAIL = 2**63 - 1
 """Stands for "no end" when treating ``[next, ...)`` as a range."""
@@ -285,3 +289,15 @@ def lag_by_topic(
         owed = max(end - pos.next, 0) + sum(len(r) for r in pos.catchup)
         lag[topic] = lag.get(topic, 0) + owed
     return lag
+
+
+def plan_tasks(chunks: Sequence[Chunk], max_tasks: int) -> list[list[Chunk]]:
+    """A batch's ranges on Spark tasks: one task per :data:`TASK_RECORDS` records, at
+    most ``max_tasks``, ranges cut to equal pieces and placed by the lag planner, so a
+    hot partition is read by several tasks. A task costs a Kafka client and a round
+    trip, which is why a small batch gets few."""
+    total = sum(len(c) for c in chunks)
+    if not total:
+        return []
+    wanted = max(1, min(max_tasks, math.ceil(total / TASK_RECORDS)))
+    return place_chunks(split_ranges(chunks, math.ceil(total / wanted)), wanted)

@@ -14,6 +14,7 @@ from fairstream.spark.streamplan import (
     admit,
     batch_ranges,
     group_commits,
+    plan_tasks,
     proportional_split,
     water_fill,
 )
@@ -105,3 +106,15 @@ def test_group_commit_is_next_with_open_ranges_in_metadata_once() -> None:
 def test_bad_admission_settings_name_the_option() -> None:
     with pytest.raises(ConfigError, match="catchUpShare"):
         Admission(share=0)
+
+
+def test_a_hot_partition_is_read_by_several_tasks_and_small_batches_by_one() -> None:
+    hot = Chunk(topic="t", partition=0, start=0, end=40_000)
+    live = [Chunk(topic="t", partition=p, start=0, end=300) for p in (1, 2, 3)]
+    tasks = plan_tasks([hot, *live], max_tasks=3)
+    assert len(tasks) == 3
+    assert sum(1 for task in tasks if any(c.partition == 0 for c in task)) >= 2
+    assert sorted(c for task in tasks for c in task if c.partition) == live
+    assert sum(len(c) for task in tasks for c in task if c.partition == 0) == 40_000
+    assert len(plan_tasks(live, max_tasks=8)) == 1
+    assert plan_tasks([], max_tasks=8) == []
