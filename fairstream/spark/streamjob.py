@@ -11,7 +11,6 @@ from the checkpoint). After each batch the group's offsets are committed.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -147,7 +146,6 @@ def _watch(query: Any, job: StreamJob, counts: Mapping[int, int]) -> int:
                     job.progress(BatchProgress(batch=batch, records=rows, lag=_lag(progress)))
             if stopped:
                 return records
-            time.sleep(0)
     except KeyboardInterrupt:
         query.stop()
         return records
