@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from fairstream._cli_kafka import add_bootstrap, require_extra
 from fairstream.errors import ConfigError
 
-__all__ = ["add_backfill"]
+__all__ = ["add_backfill", "key_values"]
 
 _BACKFILL_EPILOG = """\
 Offsets: without --from/--to every partition of --topics is read from the group's
@@ -132,7 +132,7 @@ def add_backfill(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.set_defaults(run=_run_backfill)
 
 
-def _key_values(option: str, items: Sequence[str]) -> dict[str, str]:
+def key_values(option: str, items: Sequence[str]) -> dict[str, str]:
     pairs = [item.partition("=") for item in items]
     for item, (key, sep, _value) in zip(items, pairs, strict=True):
         if not key or not sep:
@@ -177,7 +177,7 @@ def _run_backfill(args: argparse.Namespace) -> int:
                 commit=not args.no_commit,
                 starts=tuple(parse_bounds("--from", args.starts)),
                 ends=tuple(parse_bounds("--to", args.ends)),
-                kafka_config=_key_values("--kafka-config", args.kafka_config),
+                kafka_config=key_values("--kafka-config", args.kafka_config),
                 timeout=args.timeout,
                 progress=progress,
             )

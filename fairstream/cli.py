@@ -3,9 +3,9 @@
 Each subcommand has an ``_add_<name>`` that declares its options and a
 ``_run_<name>`` that does the work: ``broker`` and ``run`` here, ``lag`` and ``plan``
 in :mod:`fairstream._cli_groups`, ``topic`` and ``produce`` in
-:mod:`fairstream._cli_kafka`, ``backfill`` in :mod:`fairstream._cli_backfill`. A
-:class:`FairstreamError` becomes one line on stderr and exit status 2; anything else
-keeps its traceback, because it is a bug.
+:mod:`fairstream._cli_kafka`, ``backfill`` in :mod:`fairstream._cli_backfill`,
+``stream`` in :mod:`fairstream._cli_stream`. A :class:`FairstreamError` becomes one
+line on stderr and exit status 2; anything else keeps its traceback, because it is a bug.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from fairstream._cli_kafka import (
     check_bootstrap,
     require_extra,
 )
+from fairstream._cli_stream import add_stream
 from fairstream.config import from_env
 from fairstream.errors import ConfigError, FairstreamError
 
@@ -252,6 +253,7 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     add_lag(commands)
     add_plan(commands)
     add_produce(commands)
+    add_stream(commands)
     _add_run(commands)
     add_topic(commands)
     for command in _commands(parser):

@@ -8,7 +8,8 @@
     ├── BrokerError                 talking to Kafka failed; ``retriable`` as aiokafka says
     ├── HandlerError                a handler failed for good (after retries)
     ├── CommitError                 an offset commit was refused or could not be sent
-    └── BackfillError               a Spark backfill job failed; nothing was committed
+    ├── BackfillError               a Spark backfill job failed; nothing was committed
+    └── StreamError                 a Spark streaming query failed; its checkpoint resumes it
 
 Each error keeps its facts as attributes and builds a one-line message that says
 what went wrong, where, and what to do, so a CLI can print ``str(exc)`` alone and
@@ -25,6 +26,7 @@ __all__ = [
     "FairstreamError",
     "HandlerError",
     "PlanError",
+    "StreamError",
     "describe",
 ]
 
@@ -160,3 +162,7 @@ class CommitError(FairstreamError):
 
 class BackfillError(FairstreamError):
     """A backfill job failed; no offset was committed for it."""
+
+
+class StreamError(FairstreamError):
+    """A Spark streaming query failed; the group was committed only for finished batches."""

@@ -71,8 +71,10 @@ def decode_shadow(metadata: str | None) -> list[OffsetRange]:
     """The open ranges recorded in commit metadata; foreign metadata reads as none.
 
     Metadata written by other tools (not our JSON shape) is not ours to interpret,
-    so it yields no range rather than an error.
+    so it yields no range rather than an error. Trailing NUL bytes, which some
+    brokers pad metadata with, are ignored.
     """
+    metadata = (metadata or "").rstrip("\x00")
     if not metadata:
         return []
     try:

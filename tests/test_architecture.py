@@ -140,7 +140,14 @@ def test_no_two_runtime_modules_import_each_other() -> None:
     assert not pairs
 
 
-CLI = {"cli.py", "_cli_backfill.py", "_cli_groups.py", "_cli_kafka.py", "__main__.py"}
+CLI = {
+    "cli.py",
+    "_cli_backfill.py",
+    "_cli_groups.py",
+    "_cli_kafka.py",
+    "_cli_stream.py",
+    "__main__.py",
+}
 
 
 def test_nothing_imports_the_cli() -> None:

@@ -1,4 +1,4 @@
-"""Backfills on Spark: read Kafka offset ranges as a DataFrame, handle or store them, commit.
+"""Kafka on Spark: backfills of offset ranges, and a streaming source with fair admission.
 
 An optional extra (``pip install 'fairstream[spark]'``: pyspark, pyarrow,
 confluent-kafka). Layout and import rules:
@@ -7,6 +7,8 @@ confluent-kafka). Layout and import rules:
   ``fairstream.assign``, ``fairstream.ranges`` and ``fairstream.errors``.
 - ``source`` is the PySpark Python data source named ``fairstream``; it runs in the
   executors, so it imports nothing from fairstream beyond those leaves.
+- ``stream`` is the Structured Streaming side of the same source (``readStream``),
+  ``streamplan`` its pure offsets and fair admission.
 - ``cluster`` is the driver's Kafka I/O (partition states, the final commit),
   ``handlers`` loads and runs user handlers, ``backfill`` drives a job.
 - Nothing here imports ``fairstream.runtime``; the runtime calls
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     )
     from fairstream.spark.handlers import BackfillRecord, Handler
     from fairstream.spark.source import FairstreamDataSource, read_chunks
+    from fairstream.spark.stream import register
 
 __all__ = [
     "BackfillJob",
@@ -41,6 +44,7 @@ __all__ = [
     "Handler",
     "build_session",
     "read_chunks",
+    "register",
     "run_backfill",
     "submit_shadow_backfill",
 ]
@@ -53,6 +57,7 @@ _HOMES = {
     "Handler": "handlers",
     "build_session": "backfill",
     "read_chunks": "source",
+    "register": "stream",
     "run_backfill": "backfill",
     "submit_shadow_backfill": "backfill",
 }

@@ -56,6 +56,7 @@ __all__ = [
     "Progress",
     "build_session",
     "run_backfill",
+    "spark_cause",
     "submit_shadow_backfill",
 ]
 
@@ -279,8 +280,8 @@ def _execute(
                 records = sum(int(row["records"]) for row in rows)
     except (PySparkException, Py4JError) as exc:
         raise BackfillError(
-            f"backfill of group {job.group_id!r} failed: {_cause(exc)}; nothing was committed, "
-            "fix the cause and run the same command again"
+            f"backfill of group {job.group_id!r} failed: {spark_cause(exc)}; nothing was "
+            "committed, fix the cause and run the same command again"
         ) from exc
     finally:
         # PySpark has no clearJobGroup(); a Java null removes the property.
@@ -328,7 +329,7 @@ def _non_empty_dir(path: str) -> bool:
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b.*")
 
 
-def _cause(exc: Exception) -> str:
+def spark_cause(exc: Exception) -> str:
     """The innermost Python exception line of a Spark failure, without the JVM trace."""
     text = str(exc).split("JVM stacktrace:")[0]
     lines = [line.strip() for line in text.splitlines() if _EXCEPTION_LINE.match(line.strip())]

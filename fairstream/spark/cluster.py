@@ -62,8 +62,11 @@ def read_states(
     *,
     kafka_config: Mapping[str, str] | None = None,
     timeout: float = 15.0,
+    quiet: bool = False,
 ) -> list[PartitionState]:
     """Watermarks, committed offset and commit metadata of every partition of ``topics``.
+
+    ``quiet`` logs nothing (the streaming source reads the states every batch).
 
     :raises ConfigError: a topic does not exist.
     :raises BrokerError: the cluster did not answer within ``timeout`` seconds.
@@ -99,7 +102,8 @@ def read_states(
                 bootstrap=bootstrap,
                 retriable=error.retriable(),
             ) from exc
-    log.info("group_state_read", group_id=group_id, topics=list(topics), partitions=len(states))
+    if not quiet:
+        log.info("group_state_read", group_id=group_id, topics=list(topics), partitions=len(states))
     return states
 
 
@@ -109,8 +113,10 @@ def commit(
     commits: Sequence[PartitionCommit],
     *,
     kafka_config: Mapping[str, str] | None = None,
+    job: str = "backfill",
 ) -> None:
-    """Commit the offsets and shadow metadata in one request.
+    """Commit the offsets and shadow metadata in one request; ``job`` names the caller
+    (``backfill``, ``stream``) in logs and errors.
 
     :raises CommitError: the broker refused a partition's commit (for example
         because the group has live members) or could not be reached.
@@ -122,18 +128,23 @@ def commit(
         try:
             answered = consumer.commit(offsets=offsets, asynchronous=False) or []
         except KafkaException as exc:
-            raise CommitError(_refused(exc.args[0].str()), group_id=group_id) from exc
+            raise CommitError(_refused(job, exc.args[0].str()), group_id=group_id) from exc
     failed = [tp for tp in answered if tp.error is not None]
     if failed:
         first = failed[0]
-        raise CommitError(
-            _refused(f"{first.topic}[{first.partition}]: {first.error.str()}"), group_id=group_id
+        reason = f"{first.topic}[{first.partition}]: {first.error.str()}"
+        raise CommitError(_refused(job, reason), group_id=group_id)
+    if job != "stream":  # a stream commits every batch; its progress is Spark's to report
+        log.info(f"{job}_committed", group_id=group_id, partitions=len(commits))
+
+
+def _refused(job: str, reason: str) -> str:
+    if job == "stream":
+        return (
+            f"committing the stream's group offsets failed ({reason}); Spark's checkpoint "
+            "holds the progress, so stop the group's other consumers or set commitToGroup=false"
         )
-    log.info("backfill_committed", group_id=group_id, partitions=len(commits))
-
-
-def _refused(reason: str) -> str:
     return (
-        f"committing the backfill's offsets failed ({reason}); the job's work is done, so "
+        f"committing the {job}'s offsets failed ({reason}); the job's work is done, so "
         "stop the group's live consumers and rerun, or rerun without committing"
     )

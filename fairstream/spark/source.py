@@ -43,7 +43,12 @@ try:
         TopicPartition,
     )
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceReader,
+        DataSourceStreamReader,
+        InputPartition,
+    )
     from pyspark.sql.types import (
         ArrayType,
         BinaryType,
@@ -65,6 +70,7 @@ __all__ = [
     "ReadSettings",
     "handle_chunks",
     "read_chunks",
+    "settings_from_options",
 ]
 
 SCHEMA = StructType(
@@ -163,7 +169,8 @@ class _Reader(DataSourceReader):
 
 
 class FairstreamDataSource(DataSource):
-    """``spark.read.format("fairstream")``: read planned Kafka offset ranges.
+    """``spark.read.format("fairstream")``: read planned Kafka offset ranges; with
+    ``spark.readStream`` a streaming source (:mod:`fairstream.spark.stream`).
 
     With a ``handler`` option (see :func:`handle_chunks`) the executors pass every
     record to the handler and the DataFrame holds only per-batch ``records`` counts.
@@ -179,13 +186,19 @@ class FairstreamDataSource(DataSource):
     def reader(self, schema: StructType) -> _Reader:
         options: Mapping[str, str] = self.options
         return _Reader(
-            _settings_from_options(options),
+            settings_from_options(options),
             _tasks_from_json(options.get("tasks")),
             options.get("handler"),
         )
 
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """``spark.readStream.format("fairstream")``: see :mod:`fairstream.spark.stream`."""
+        from fairstream.spark.stream import StreamOptions, StreamReader  # needs this module
 
-def _settings_from_options(options: Mapping[str, str]) -> ReadSettings:
+        return StreamReader(StreamOptions.parse(self.options))
+
+
+def settings_from_options(options: Mapping[str, str]) -> ReadSettings:
     bootstrap = options.get("bootstrap")
     if not bootstrap:
         raise ConfigError(
@@ -331,6 +344,10 @@ def _take(
             # The log ends here: offsets up to this point that were not delivered
             # (transaction markers, compaction) will never come.
             return chunk.end if offset >= chunk.end else position
+        if message.topic() is None:
+            # A client-level event (a coordinator lookup failed, say), not about this
+            # range: librdkafka retries it, and the stall timeout names it if it lasts.
+            return position
         raise BrokerError(
             f"reading {chunk.topic}[{chunk.partition}] at offset {position} failed: {error.str()}; "
             "check that the range still exists (retention) and the reader may fetch it",

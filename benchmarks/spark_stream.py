@@ -1,0 +1,203 @@
+"""Streaming on Spark: live-record latency beside a backlog, fair vs proportional admission.
+
+Partition 0 of a fresh topic holds ``--backlog`` records (default 1M) when the query
+starts, while partitions 1-7 receive ``--rate`` records/s each (default 500) from a
+producer thread whose values are their produce time. The query
+(``readStream.format("fairstream")``, ``maxRecordsPerBatch=--max-records``, default
+20000, triggers back to back) ends each batch in a ``foreachBatch`` that takes the
+batch-end time; a live record's latency is batch end minus produce time. Reported per
+admission rule, on a fresh topic and group each: live latency p50/p99/max over every
+live record read while the backlog drained, and the time to drain the backlog::
+
+    python benchmarks/spark_stream.py --backlog 1000000 --master 'local[2]'
+
+``fair`` is max-min fair water-filling; ``proportional`` is Spark's Kafka source rule
+(``maxOffsetsPerTrigger`` split by each partition's available offsets);
+``fair+catch-up`` adds parallel catch-up (``catchUpThreshold`` 100000).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from _common import add_bootstrap_option, cluster
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from fairstream import logs
+from fairstream.spark import build_session, register
+
+LIVE = range(1, 8)
+
+
+@dataclass
+class Run:
+    """What one query saw: live latencies (seconds), backlog read, drain time."""
+
+    backlog: int
+    latencies: list[float] = field(default_factory=list)
+    backlog_read: int = 0
+    drained_after: float | None = None
+    batches: int = 0
+
+
+def make_topic(bootstrap: str, backlog: int) -> str:
+    topic = f"stream-bench-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 8, 1)]).values():
+        future.result(timeout=30)
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000}
+    )
+    value = b"x" * 100
+    for _ in range(backlog):
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(120):
+        raise SystemExit("the backlog was not delivered within 120 s")
+    return topic
+
+
+def produce_live(bootstrap: str, topic: str, rate: int, stop: threading.Event) -> None:
+    """``rate`` records/s to each live partition, in 20 ms ticks; values are time.time()."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    tick, sent = 0.02, 0.0
+    began = time.monotonic()
+    while not stop.is_set():
+        due = (time.monotonic() - began) * rate
+        while sent < due:
+            stamp = repr(time.time()).encode()
+            for partition in LIVE:
+                producer.produce(topic, value=stamp, partition=partition)
+            sent += 1
+        producer.poll(0)
+        time.sleep(tick)
+    producer.flush(10)
+
+
+def run_query(spark: object, bootstrap: str, args: argparse.Namespace, mode: str) -> Run:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import functions as F
+
+    assert isinstance(spark, SparkSession)
+    topic = make_topic(bootstrap, args.backlog)
+    run = Run(backlog=args.backlog)
+    stop = threading.Event()
+    live = threading.Thread(target=produce_live, args=(bootstrap, topic, args.rate, stop))
+    options = {
+        "bootstrap": bootstrap,
+        "topics": topic,
+        "group_id": f"bench-{uuid.uuid4().hex[:8]}",
+        "startingOffsets": "earliest",
+        "maxRecordsPerBatch": str(args.max_records),
+        "admission": "proportional" if mode == "proportional" else "fair",
+    }
+    if mode == "fair+catch-up":
+        options |= {"parallelCatchUp": "true", "catchUpThreshold": "100000"}
+    began = 0.0
+
+    def sink(batch: DataFrame, batch_id: int) -> None:
+        rows = batch.select(
+            "partition", F.when(F.col("partition") > 0, F.col("value")).alias("value")
+        ).collect()
+        ended = time.time()
+        run.batches += 1
+        for row in rows:
+            if row["partition"] == 0:
+                run.backlog_read += 1
+            else:
+                run.latencies.append(ended - float(row["value"]))
+        if run.drained_after is None and run.backlog_read >= run.backlog:
+            run.drained_after = time.monotonic() - began
+
+    register(spark)
+    stream = spark.readStream.format("fairstream").options(**options).load()
+    with tempfile.TemporaryDirectory() as checkpoint:
+        live.start()
+        began = time.monotonic()
+        query = (
+            stream.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+        try:
+            while run.drained_after is None and time.monotonic() - began < args.limit:
+                if not query.isActive:
+                    raise SystemExit(f"the {mode} query failed: {query.exception()}")
+                time.sleep(0.5)
+        finally:
+            query.stop()
+            stop.set()
+            live.join()
+    return run
+
+
+def warm_up(spark: object, bootstrap: str) -> None:
+    """One small query first, so neither measured run pays Spark's cold start."""
+    from pyspark.sql import SparkSession
+
+    assert isinstance(spark, SparkSession)
+    register(spark)
+    options = {"bootstrap": bootstrap, "topics": make_topic(bootstrap, 5000), "group_id": "warm"}
+    with tempfile.TemporaryDirectory() as checkpoint:
+        stream = spark.readStream.format("fairstream").options(**options).load()
+        query = (
+            stream.writeStream.format("noop")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_bootstrap_option(parser)
+    parser.add_argument("--backlog", type=int, default=1_000_000)
+    parser.add_argument("--rate", type=int, default=500, help="records/s per live partition")
+    parser.add_argument("--max-records", type=int, default=20_000)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--limit", type=float, default=600, help="seconds a run may take")
+    parser.add_argument(
+        "--modes", default="fair,proportional", help="fair, proportional, fair+catch-up"
+    )
+    args = parser.parse_args()
+    logs.configure("console", "WARNING")
+    with cluster(args.bootstrap) as bootstrap:
+        spark = build_session(args.master, app_name="fairstream-stream-bench")
+        warm_up(spark, bootstrap)
+        results = {mode: run_query(spark, bootstrap, args, mode) for mode in args.modes.split(",")}
+        spark.stop()
+    print(
+        f"backlog {args.backlog} on partition 0, 7 live partitions x {args.rate}/s, "
+        f"maxRecordsPerBatch {args.max_records}, {args.master}"
+    )
+    print("| admission | batches | live records | p50 s | p99 s | max s | backlog drained s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for mode, run in results.items():
+        drained = "not drained" if run.drained_after is None else f"{run.drained_after:.1f}"
+        lat = run.latencies
+        print(
+            f"| {mode} | {run.batches} | {len(lat)} | {statistics.median(lat):.2f} | "
+            f"{percentile(lat, 0.99):.2f} | {max(lat):.2f} | {drained} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

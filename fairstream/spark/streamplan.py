@@ -1,0 +1,303 @@
+"""Pure planning for the streaming source: offsets, fair admission, parallel catch-up.
+
+No I/O and no Spark here, so every rule is tested without a broker.
+
+The source's offset (what Spark checkpoints per micro-batch) says, per partition,
+what the query still *owes*: the open catch-up ranges plus everything from
+``next`` on. A micro-batch reads exactly ``owed(start) - owed(end)``
+(:func:`batch_ranges`), which covers both the live head and the backlog drained
+from catch-up ranges with one rule, and a restart from the checkpoint resumes
+open ranges because they are part of the offset.
+
+Admission (:func:`admit`) splits a batch's record budget:
+
+- ``fair`` is max-min fair water-filling: a partition wanting fewer records than
+  its fair share gets all of them, the rest of the budget is split evenly among
+  the others. A live partition with a few new records is never starved by a hot one.
+- ``proportional`` is Spark's Kafka source rule (``maxOffsetsPerTrigger``): each
+  partition gets ``limit * its_new / all_new``, rounded down (up below one).
+
+With parallel catch-up a partition more than ``threshold`` records behind jumps to
+its end (KIP-333): ``[next, end)`` becomes a catch-up range drained from a bounded
+``share`` of each batch while its new records are admitted with the live ones.
+The group's commit (:func:`group_commits`) is the runtime's format: the offset is
+``next`` and the open ranges go into the metadata (:mod:`fairstream.ranges`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from fairstream.errors import ConfigError
+from fairstream.ranges import OffsetRange, encode_shadow, merge_ranges
+from fairstream.spark.planning import Chunk, PartitionCommit, place_chunks, split_ranges
+
+__all__ = [
+    "Admission",
+    "Position",
+    "StreamOffset",
+    "TopicPartition",
+    "admit",
+    "batch_ranges",
+    "group_commits",
+    "lag_by_topic",
+    "plan_tasks",
+    "proportional_split",
+    "water_fill",
+]
+
+TopicPartition = tuple[str, int]
+Mode = Literal["fair", "proportional"]
+
+TASK_RECORDS = 10_000
+"""Records a batch needs per Spark task before it gets another (up to ``max_tasks``)."""
+
+_TAIL = 2**63 - 1
+"""Stands for "no end" when treating ``[next, ...)`` as a range."""
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where one partition stands: ``next`` to read live, and open catch-up ranges."""
+
+    next: int
+    catchup: tuple[OffsetRange, ...] = ()
+
+    def owed(self) -> list[OffsetRange]:
+        return merge_ranges([*self.catchup, OffsetRange(self.next, _TAIL)])
+
+
+@dataclass(frozen=True, slots=True)
+class StreamOffset:
+    """The source's offset: the group it commits for and every partition's position."""
+
+    group: str
+    positions: Mapping[TopicPartition, Position]
+
+    def to_json(self) -> dict[str, Any]:
+        topics: dict[str, dict[str, Any]] = {}
+        for (topic, partition), pos in sorted(self.positions.items()):
+            topics.setdefault(topic, {})[str(partition)] = {
+                "next": pos.next,
+                "catchup": [[r.start, r.end] for r in pos.catchup],
+            }
+        return {"group": self.group, "topics": topics}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StreamOffset:
+        """Parse an offset Spark hands back (from :meth:`to_json`, maybe a checkpoint).
+
+        :raises ConfigError: the offset is not ours (a checkpoint of another source).
+        """
+        try:
+            positions = {
+                (topic, int(partition)): Position(
+                    int(pos["next"]),
+                    tuple(merge_ranges(OffsetRange(int(s), int(e)) for s, e in pos["catchup"])),
+                )
+                for topic, partitions in data["topics"].items()
+                for partition, pos in partitions.items()
+            }
+            return cls(str(data["group"]), positions)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(
+                "checkpointLocation",
+                str(data)[:80],
+                "the checkpoint holds an offset the fairstream source did not write",
+                "use a new checkpoint directory for this query",
+            ) from exc
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Admission:
+    """How a batch's budget is shared: the mode and the parallel catch-up rule."""
+
+    mode: Mode = "fair"
+    parallel_catch_up: bool = False
+    threshold: int = 100_000
+    share: float = 0.5
+    """Fraction of a batch reserved for catch-up ranges while live records wait."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("fair", "proportional"):
+            raise ConfigError("admission", self.mode, "unknown admission", "use fair|proportional")
+        if self.threshold < 1:
+            raise ConfigError("catchUpThreshold", self.threshold, "not positive", "e.g. 100000")
+        if not 0 < self.share <= 1:
+            raise ConfigError("catchUpShare", self.share, "not in (0, 1]", "e.g. 0.5")
+
+
+def water_fill(demands: Mapping[TopicPartition, int], budget: int) -> dict[TopicPartition, int]:
+    """Max-min fair integer split of ``budget`` over ``demands``; sums to
+    ``min(budget, sum(demands))``, and ties go to the lower topic-partition."""
+    grants: dict[TopicPartition, int] = {}
+    order = sorted((d, tp) for tp, d in demands.items() if d > 0)
+    left = max(budget, 0)
+    for i, (demand, tp) in enumerate(order):
+        fair = left // (len(order) - i)
+        if demand <= fair:
+            grants[tp] = demand
+            left -= demand
+            continue
+        rest = sorted(tp for _, tp in order[i:])  # all want more than ``fair``
+        extra = left - fair * len(rest)
+        for j, other in enumerate(rest):
+            grants[other] = fair + (1 if j < extra else 0)
+        break
+    return grants
+
+
+def proportional_split(
+    demands: Mapping[TopicPartition, int], budget: int
+) -> dict[TopicPartition, int]:
+    """Spark's Kafka source rule: ``budget * demand / total`` per partition, rounded
+    down, or up below one so no partition gets nothing; all of it if it fits."""
+    total = sum(d for d in demands.values() if d > 0)
+    if total <= budget:
+        return {tp: d for tp, d in demands.items() if d > 0}
+    grants = {}
+    for tp, demand in demands.items():
+        if demand > 0:
+            prorate = budget * (demand / total)
+            grants[tp] = min(demand, math.ceil(prorate) if prorate < 1 else math.floor(prorate))
+    return grants
+
+
+def _split(
+    mode: Mode, demands: Mapping[TopicPartition, int], budget: int
+) -> dict[TopicPartition, int]:
+    return water_fill(demands, budget) if mode == "fair" else proportional_split(demands, budget)
+
+
+def _clip(position: Position, log_start: int) -> Position:
+    """Drop what retention deleted: nothing below the log start can still be read."""
+    catchup = [
+        OffsetRange(max(r.start, log_start), r.end) for r in position.catchup if r.end > log_start
+    ]
+    return Position(max(position.next, log_start), tuple(merge_ranges(catchup)))
+
+
+def _drain(ranges: Iterable[OffsetRange], count: int) -> tuple[OffsetRange, ...]:
+    """The ranges without their lowest ``count`` offsets."""
+    left: list[OffsetRange] = []
+    for r in ranges:
+        taken = min(count, len(r))
+        count -= taken
+        if r.start + taken < r.end:
+            left.append(OffsetRange(r.start + taken, r.end))
+    return tuple(left)
+
+
+def admit(
+    start: Mapping[TopicPartition, Position],
+    logs: Mapping[TopicPartition, tuple[int, int]],
+    limit: int | None,
+    admission: Admission,
+) -> dict[TopicPartition, Position]:
+    """The end positions of the next batch from ``start``, given each partition's
+    ``(log_start, log_end)`` and the batch's record budget (``None``: no limit).
+
+    A partition missing from ``start`` (new since the last batch) enters at its log
+    start and is read from the next batch on, so :func:`batch_ranges` needs only
+    the two offsets. Every returned
+    position owes a subset of what the start owed (nothing is skipped), and the batch
+    holds at most ``limit`` records (``proportional`` may round a few above, as Spark).
+    """
+    entering = {tp: Position(log_start) for tp, (log_start, _) in logs.items() if tp not in start}
+    positions = {tp: _clip(start[tp], logs[tp][0]) for tp in logs if tp in start}
+    if limit is None:
+        caught_up = {tp: Position(max(pos.next, logs[tp][1])) for tp, pos in positions.items()}
+        return {**caught_up, **entering}
+    if admission.parallel_catch_up:
+        for tp, pos in positions.items():
+            log_end = logs[tp][1]
+            jump = [OffsetRange(pos.next, log_end)]
+            if not pos.catchup and log_end - pos.next > admission.threshold and encode_shadow(jump):
+                positions[tp] = Position(log_end, tuple(jump))
+    live = {tp: logs[tp][1] - pos.next for tp, pos in positions.items()}
+    backlog = {tp: sum(len(r) for r in pos.catchup) for tp, pos in positions.items()}
+    reserved = min(sum(backlog.values()), math.floor(limit * admission.share))
+    live_grants = _split(admission.mode, live, limit - reserved)
+    backlog_grants = _split(admission.mode, backlog, limit - sum(live_grants.values()))
+    admitted = {
+        tp: replace(
+            pos,
+            next=pos.next + live_grants.get(tp, 0),
+            catchup=_drain(pos.catchup, backlog_grants.get(tp, 0)),
+        )
+        for tp, pos in positions.items()
+    }
+    return {**admitted, **entering}
+
+
+def _difference(ranges: Iterable[OffsetRange], cuts: Iterable[OffsetRange]) -> list[OffsetRange]:
+    left = merge_ranges(ranges)
+    for cut in cuts:
+        pieces = [(r.start, min(r.end, cut.start)) for r in left]
+        tails = [(max(r.start, cut.end), r.end) for r in left]
+        left = merge_ranges(OffsetRange(s, e) for s, e in (*pieces, *tails) if s < e)
+    return left
+
+
+def batch_ranges(
+    start: Mapping[TopicPartition, Position],
+    end: Mapping[TopicPartition, Position],
+    log_starts: Mapping[TopicPartition, int] | None = None,
+) -> list[Chunk]:
+    """The offsets one batch reads: what ``start`` owed and ``end`` no longer owes,
+    without what retention deleted below each partition's log start.
+
+    A partition new in ``end`` is read from the next batch on (see :func:`admit`).
+    """
+    chunks = []
+    for (topic, partition), after in sorted(end.items()):
+        before = start.get((topic, partition), after)
+        deleted = OffsetRange(0, (log_starts or {}).get((topic, partition), 0))
+        for r in _difference(before.owed(), [*after.owed(), deleted]):
+            chunks.append(Chunk(topic=topic, partition=partition, start=r.start, end=r.end))
+    return chunks
+
+
+def group_commits(
+    end: Mapping[TopicPartition, Position],
+    committed: Mapping[TopicPartition, tuple[int | None, str]] | None = None,
+) -> list[PartitionCommit]:
+    """The group's commits once Spark finished a batch up to ``end``: offset ``next``,
+    open catch-up ranges as metadata; partitions already committed so are left out."""
+    commits = []
+    for (topic, partition), pos in sorted(end.items()):
+        metadata = encode_shadow(pos.catchup) or ""
+        if (committed or {}).get((topic, partition)) != (pos.next, metadata):
+            commits.append(
+                PartitionCommit(
+                    topic=topic, partition=partition, offset=pos.next, metadata=metadata
+                )
+            )
+    return commits
+
+
+def lag_by_topic(
+    done: Mapping[TopicPartition, Position], log_ends: Mapping[TopicPartition, int]
+) -> dict[str, int]:
+    """Records each topic still owes: new ones past ``next`` plus open catch-up ranges."""
+    lag: dict[str, int] = {}
+    for (topic, partition), end in sorted(log_ends.items()):
+        pos = done.get((topic, partition), Position(end))
+        owed = max(end - pos.next, 0) + sum(len(r) for r in pos.catchup)
+        lag[topic] = lag.get(topic, 0) + owed
+    return lag
+
+
+def plan_tasks(chunks: Sequence[Chunk], max_tasks: int) -> list[list[Chunk]]:
+    """A batch's ranges on Spark tasks: one task per :data:`TASK_RECORDS` records, at
+    most ``max_tasks``, ranges cut to equal pieces and placed by the lag planner, so a
+    hot partition is read by several tasks. A task costs a Kafka client and a round
+    trip, which is why a small batch gets few."""
+    total = sum(len(c) for c in chunks)
+    if not total:
+        return []
+    wanted = max(1, min(max_tasks, math.ceil(total / TASK_RECORDS)))
+    return place_chunks(split_ranges(chunks, math.ceil(total / wanted)), wanted)

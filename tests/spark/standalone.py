@@ -1,0 +1,103 @@
+"""A real Spark standalone cluster on 127.0.0.1: one master and two one-core workers.
+
+Started from the pyspark installation with its ``spark-class`` launcher, exactly as
+the README's cluster section says (``org.apache.spark.deploy.master.Master`` and
+``org.apache.spark.deploy.worker.Worker``), once per test session. The workers
+start executors with this interpreter and this checkout on ``PYTHONPATH``, so
+fairstream is importable there without installing a wheel on the "cluster".
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyspark
+import pytest
+
+SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Cluster:
+    master: str
+    """``spark://127.0.0.1:PORT``, for ``--master``."""
+    workers: int
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _alive_workers(ui_port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as page:
+            import json
+
+            return sum(1 for w in json.load(page)["workers"] if w["state"] == "ALIVE")
+    except OSError:
+        return 0
+
+
+@pytest.fixture(scope="session")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Master + two workers (1 core, 1 GiB each); stopped at the end of the session."""
+    logs = tmp_path_factory.mktemp("spark-cluster")
+    port, ui_port = _free_port(), _free_port()
+    env = {
+        **os.environ,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    master = f"spark://127.0.0.1:{port}"
+    commands = [
+        [
+            *("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"),
+            *("--port", str(port), "--webui-port", str(ui_port)),
+        ],
+        *(
+            [
+                *("org.apache.spark.deploy.worker.Worker", master, "--host", "127.0.0.1"),
+                *("--cores", "1", "--memory", "1g", "--webui-port", "0"),
+                *("--work-dir", str(logs / f"work-{i}")),
+            ]
+            for i in range(2)
+        ),
+    ]
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for i, command in enumerate(commands):
+            with open(logs / f"daemon-{i}.log", "wb") as log:
+                processes.append(
+                    subprocess.Popen(
+                        [str(SPARK_CLASS), *command], env=env, stdout=log, stderr=subprocess.STDOUT
+                    )
+                )
+            if i == 0:
+                time.sleep(2)  # let the master bind before workers register
+        deadline = time.monotonic() + 90
+        while _alive_workers(ui_port) < 2:
+            if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
+                tails = "".join((logs / f"daemon-{i}.log").read_text()[-800:] for i in range(3))
+                pytest.fail(f"the standalone cluster did not come up: {tails}")
+            time.sleep(0.5)
+        yield Cluster(master=master, workers=2)
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()

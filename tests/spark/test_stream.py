@@ -1,0 +1,149 @@
+"""The streaming source on a real broker and the shared local Spark session."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from confluent_kafka import Producer
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from fairstream.ranges import decode_shadow
+from fairstream.spark import register
+from fairstream.spark.cluster import read_states
+from tests.conftest import Broker
+from tests.spark.conftest import fill_topic, record_value
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker]
+
+
+def run_available_now(
+    spark: SparkSession, options: dict[str, str], out: Path, checkpoint: Path
+) -> StreamingQuery:
+    register(spark)
+    query = (
+        spark.readStream.format("fairstream")
+        .options(**options)
+        .load()
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(str(out))
+    )
+    query.awaitTermination(120)
+    return query
+
+
+def written(out: Path) -> list[tuple[int, int, bytes | None]]:
+    table = pq.read_table(out, columns=["partition", "offset", "value"])
+    return list(
+        zip(*(table.column(c).to_pylist() for c in ("partition", "offset", "value")), strict=True)
+    )
+
+
+def test_available_now_writes_every_record_once_and_commits_the_group(
+    spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path
+) -> None:
+    topic = fill_topic(noida.bootstrap, [2500, 300, 40])
+    options = {
+        "bootstrap": noida.bootstrap,
+        "topics": topic,
+        "group_id": group_id,
+        "maxRecordsPerBatch": "1000",
+    }
+
+    query = run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
+
+    rows = written(tmp_path / "out")
+    expected = {(p, o) for p, n in enumerate([2500, 300, 40]) for o in range(n)}
+    assert sorted((p, o) for p, o, _ in rows) == sorted(expected)  # each exactly once
+    assert all(v == (record_value(p, o) if o else None) for p, o, v in rows)
+    # 2840 records at most 1000 a batch: three batches, the small partitions first
+    batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert batches == [1000, 1000, 840]
+    states = read_states(noida.bootstrap, group_id, [topic])
+    assert [(s.committed, s.metadata) for s in states] == [(2500, ""), (300, ""), (40, "")]
+
+
+def test_catch_up_ranges_resume_from_the_checkpoint_and_reach_the_group(
+    spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path
+) -> None:
+    topic = fill_topic(noida.bootstrap, [3000, 100])
+    options = {
+        "bootstrap": noida.bootstrap,
+        "topics": topic,
+        "group_id": group_id,
+        "maxRecordsPerBatch": "400",
+        "parallelCatchUp": "true",
+        "catchUpThreshold": "500",
+        "catchUpShare": "0.25",
+    }
+    out, checkpoint = tmp_path / "out", tmp_path / "ck"
+    register(spark)
+    # One batch, then stop: partition 0 jumped to 3000 and [300, 3000) is still open.
+    query = (
+        spark.readStream.format("fairstream")
+        .options(**options)
+        .load()
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="1 hour")
+        .start(str(out))
+    )
+    while not query.recentProgress:
+        time.sleep(0.2)
+    query.stop()
+    first = written(out)
+    assert sorted((p, o) for p, o, _ in first) == [(0, o) for o in range(300)] + [
+        (1, o) for o in range(100)
+    ]
+
+    producer = Producer({"bootstrap.servers": noida.bootstrap})
+    for offset in range(100, 150):
+        producer.produce(topic, partition=1, value=record_value(1, offset))
+    assert producer.flush(30) == 0
+    run_available_now(spark, options, out, checkpoint)  # the same query, restarted
+
+    rows = written(out)
+    expected = {(0, o) for o in range(3000)} | {(1, o) for o in range(150)}
+    assert sorted((p, o) for p, o, _ in rows) == sorted(expected)
+    states = read_states(noida.bootstrap, group_id, [topic])
+    assert [(s.committed, decode_shadow(s.metadata)) for s in states] == [(3000, []), (150, [])]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("maxRecordPerBatch", "5", "ConfigError: maxrecordperbatch='5': unknown option"),
+        ("admission", "fastest", "ConfigError: admission='fastest': unknown admission"),
+    ],
+)
+def test_bad_option_fails_the_query_naming_it(
+    spark: SparkSession,
+    noida: Broker,
+    group_id: str,
+    tmp_path: Path,
+    option: str,
+    value: str,
+    message: str,
+) -> None:
+    options = {"bootstrap": noida.bootstrap, "topics": "t", "group_id": group_id, option: value}
+    with pytest.raises(Exception) as caught:
+        run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
+    assert message in str(caught.value)
+
+
+def test_a_checkpoint_of_another_query_is_refused(
+    spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path
+) -> None:
+    topic = fill_topic(noida.bootstrap, [20])
+    options = {"bootstrap": noida.bootstrap, "topics": topic, "group_id": group_id}
+    checkpoint = tmp_path / "ck"
+    run_available_now(spark, options, tmp_path / "out", checkpoint)
+    other = {**options, "group_id": f"{group_id}-other"}
+    with pytest.raises(Exception, match="the checkpoint belongs to another query"):
+        run_available_now(spark, other, tmp_path / "out", checkpoint)
+    assert read_states(noida.bootstrap, f"{group_id}-other", [topic])[0].committed is None

@@ -1,0 +1,120 @@
+"""Fair admission, catch-up offsets and group commits of the streaming source: pure."""
+
+from __future__ import annotations
+
+import pytest
+
+from fairstream.errors import ConfigError
+from fairstream.ranges import OffsetRange, decode_shadow
+from fairstream.spark.planning import Chunk, PartitionCommit
+from fairstream.spark.streamplan import (
+    Admission,
+    Position,
+    StreamOffset,
+    admit,
+    batch_ranges,
+    group_commits,
+    plan_tasks,
+    proportional_split,
+    water_fill,
+)
+
+HOT, A, B = ("t", 0), ("t", 1), ("t", 2)
+
+
+def test_water_fill_gives_small_demands_all_and_splits_the_rest_evenly() -> None:
+    assert water_fill({HOT: 1_000_000, A: 30, B: 500}, 1000) == {A: 30, B: 485, HOT: 485}
+    assert water_fill({HOT: 10, A: 10}, 5) == {HOT: 3, A: 2}  # ties: lower partition first
+    assert water_fill({HOT: 7, A: 0}, 100) == {HOT: 7}
+
+
+def test_proportional_is_spark_kafka_rule_and_starves_live_partitions() -> None:
+    grants = proportional_split({HOT: 1_000_000, A: 300, B: 300}, 20_000)
+    assert grants == {HOT: 19988, A: 5, B: 5}  # floor(20000 * 300 / 1000600) == 5
+    assert proportional_split({HOT: 1_000_000, A: 10}, 1000) == {HOT: 999, A: 1}  # ceil below 1
+
+
+def test_fair_admission_serves_live_partitions_whole_beside_a_backlog() -> None:
+    start = {HOT: Position(0), A: Position(0), B: Position(0)}
+    logs = {HOT: (0, 1_000_000), A: (0, 300), B: (0, 300)}
+    fair = admit(start, logs, 20_000, Admission())
+    assert (fair[A].next, fair[B].next, fair[HOT].next) == (300, 300, 19_400)
+    spark = admit(start, logs, 20_000, Admission(mode="proportional"))
+    assert (spark[A].next, spark[B].next) == (5, 5)
+
+
+def test_no_limit_reads_everything_including_catch_up_ranges() -> None:
+    start = {HOT: Position(500, (OffsetRange(10, 20),))}
+    assert admit(start, {HOT: (0, 900)}, None, Admission()) == {HOT: Position(900)}
+
+
+def test_a_lagging_partition_jumps_and_drains_its_backlog_from_a_bounded_share() -> None:
+    start = {HOT: Position(0), A: Position(0)}
+    logs = {HOT: (0, 10_000), A: (0, 2_000)}
+    catch_up = Admission(parallel_catch_up=True, threshold=5000, share=0.25)
+    end = admit(start, logs, 1000, catch_up)
+    # HOT jumped to 10000; 250 of the budget drains its backlog, A's live records get 750.
+    assert end == {HOT: Position(10_000, (OffsetRange(250, 10_000),)), A: Position(750)}
+    assert batch_ranges(start, end) == [
+        Chunk(topic="t", partition=0, start=0, end=250),
+        Chunk(topic="t", partition=1, start=0, end=750),
+    ]
+    # With little live traffic the backlog takes the rest of the batch.
+    later = admit(end, {HOT: (0, 10_010), A: (0, 800)}, 1000, catch_up)
+    assert later == {HOT: Position(10_010, (OffsetRange(1190, 10_000),)), A: Position(800)}
+
+
+def test_every_offset_is_read_once_until_drained() -> None:
+    position = {HOT: Position(0), A: Position(0)}
+    logs = {HOT: (0, 5000), A: (0, 700)}
+    catch_up = Admission(parallel_catch_up=True, threshold=100, share=0.5)
+    read: list[tuple[int, int]] = []
+    for _ in range(50):
+        end = admit(position, logs, 333, catch_up)
+        batch = batch_ranges(position, end)
+        assert sum(len(c) for c in batch) <= 333
+        read += [(c.partition, o) for c in batch for o in range(c.start, c.end)]
+        position = end
+    assert sorted(read) == [(0, o) for o in range(5000)] + [(1, o) for o in range(700)]
+    assert position == {HOT: Position(5000), A: Position(700)}
+
+
+def test_retention_clips_and_new_partitions_enter_at_their_log_start() -> None:
+    start = {HOT: Position(5, (OffsetRange(0, 3),))}
+    end = admit(start, {HOT: (10, 20), A: (4, 9)}, 100, Admission())
+    assert end == {HOT: Position(20), A: Position(4)}  # A is read from the next batch
+    log_starts = {HOT: 10, A: 4}
+    assert batch_ranges(start, end, log_starts) == [Chunk(topic="t", partition=0, start=10, end=20)]
+
+
+def test_offsets_round_trip_json_and_reject_foreign_checkpoints() -> None:
+    offset = StreamOffset("g", {HOT: Position(9, (OffsetRange(1, 4),)), A: Position(3)})
+    assert StreamOffset.from_json(offset.to_json()) == offset
+    with pytest.raises(ConfigError, match="did not write"):
+        StreamOffset.from_json({"0": 12})
+
+
+def test_group_commit_is_next_with_open_ranges_in_metadata_once() -> None:
+    end = {HOT: Position(900, (OffsetRange(100, 400),)), A: Position(30)}
+    commits = group_commits(end, {A: (30, "")})
+    assert commits == [
+        PartitionCommit(topic="t", partition=0, offset=900, metadata='{"shadow":[[100,400]]}')
+    ]
+    assert decode_shadow(commits[0].metadata + "\x00\x00") == [OffsetRange(100, 400)]
+
+
+def test_bad_admission_settings_name_the_option() -> None:
+    with pytest.raises(ConfigError, match="catchUpShare"):
+        Admission(share=0)
+
+
+def test_a_hot_partition_is_read_by_several_tasks_and_small_batches_by_one() -> None:
+    hot = Chunk(topic="t", partition=0, start=0, end=40_000)
+    live = [Chunk(topic="t", partition=p, start=0, end=300) for p in (1, 2, 3)]
+    tasks = plan_tasks([hot, *live], max_tasks=3)
+    assert len(tasks) == 3
+    assert sum(1 for task in tasks if any(c.partition == 0 for c in task)) >= 2
+    assert sorted(c for task in tasks for c in task if c.partition) == live
+    assert sum(len(c) for task in tasks for c in task if c.partition == 0) == 40_000
+    assert len(plan_tasks(live, max_tasks=8)) == 1
+    assert plan_tasks([], max_tasks=8) == []
