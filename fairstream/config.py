@@ -31,6 +31,7 @@ __all__ = [
 
 OffsetReset = Literal["earliest", "latest"]
 OnError = Literal["dead_letter", "skip", "stop"]
+Ordering = Literal["partition", "key", "none"]
 
 
 def _check_types(config: object, prefix: str = "") -> None:
@@ -176,6 +177,16 @@ class SchedulerConfig:
     ``queue_target_records`` plus one read, so it never takes the live pulls' room.
     ``max_buffered_bytes`` bounds the size of all queues, shadows included.
 
+    ``ordering`` is what may run beside what: ``"partition"`` keeps each partition
+    in offset order (one record of a partition in flight), ``"key"`` keeps records
+    of one key in offset order (records of other keys, also of the same partition,
+    run beside them; null keys are ordered per partition), ``"none"`` lets any
+    record run beside any other. ``concurrency`` is how many records (dispatches,
+    for batch handlers) are in flight at once. Its default, 64, lets every
+    partition of a member be in flight at once with ``"partition"``, so partitions
+    never wait on each other; with ``"key"`` it is the number of keys handled at
+    once.
+
     Small buffers are fast: records are decoded just ahead of their handler and
     die young, so the garbage collector never promotes and rescans them (raising
     ``max_buffered_records`` from 2,000 to 4,000 doubles its work, see
@@ -185,7 +196,8 @@ class SchedulerConfig:
 
     partition_quota: int = 100
     max_batch: int = 1_000
-    concurrency: int = 1
+    concurrency: int = 64
+    ordering: Ordering = "partition"
     queue_target_records: int = 200
     queue_target_bytes: int = 8 * 1024 * 1024
     max_buffered_records: int = 2_000

@@ -19,6 +19,7 @@ from fairstream.assign import resolve
 from fairstream.config import (
     ConsumerConfig,
     DeadLetterPolicy,
+    Ordering,
     ParallelRebalance,
     RetryPolicy,
     SchedulerConfig,
@@ -145,6 +146,8 @@ class App:
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
+        ordering: Ordering | None = None,
+        concurrency: int | None = None,
     ) -> Callable[[RecordHandler], RecordHandler]: ...
 
     @overload
@@ -157,6 +160,8 @@ class App:
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
+        ordering: Ordering | None = None,
+        concurrency: int | None = None,
     ) -> Callable[[BatchHandler], BatchHandler]: ...
 
     @overload
@@ -169,6 +174,8 @@ class App:
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
+        ordering: Ordering | None = None,
+        concurrency: int | None = None,
     ) -> Callable[[H], H]: ...
 
     def subscriber(
@@ -180,11 +187,15 @@ class App:
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
+        ordering: Ordering | None = None,
+        concurrency: int | None = None,
     ) -> Callable[[H], H]:
         """Register an async handler for ``topics``; returns it unchanged.
 
         With ``batch=True`` the handler receives ``list[Record]`` of up to
         ``max_batch`` records from several partitions, each partition's in order.
+        ``ordering`` and ``concurrency`` override the app's ``SchedulerConfig`` for
+        this subscriber (batch handlers always keep each partition in order).
 
         :raises ConfigError: for no topics, a topic already subscribed, a sync handler, a
             handler that does not take exactly one record (list), or an unresolvable hint.
@@ -200,6 +211,12 @@ class App:
         if limit <= 0:
             raise ConfigError("max_batch", limit, "must be > 0")
         self.scheduler_config.check_batch("max_batch", limit)
+        order = ordering if ordering is not None else self.scheduler_config.ordering
+        if order not in ("partition", "key", "none"):
+            raise ConfigError("ordering", order, "must be one of 'partition', 'key', 'none'")
+        in_flight = concurrency if concurrency is not None else self.scheduler_config.concurrency
+        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight <= 0:
+            raise ConfigError("concurrency", in_flight, "must be an int > 0")
         catch_up = (
             self.parallel_rebalance
             if parallel_rebalance is None
@@ -226,6 +243,8 @@ class App:
                     retry=retry or self.retry,
                     dead_letter=dead_letter or self.dead_letter,
                     parallel_rebalance=catch_up,
+                    ordering=order,
+                    concurrency=in_flight,
                 )
             )
             return handler

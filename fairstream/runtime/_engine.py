@@ -57,10 +57,14 @@ class Engine:
         self.group_id = group_id
         self._clients = clients
         self._config = scheduler
+        # One worker per dispatch in flight; a keyed lane's worker only admits records.
+        self._worker_count = max([scheduler.concurrency, *(s.concurrency for s in subscribers)])
         # KIP-333: a shadow may hold half the handler slots (at least one), never all.
         self._scheduler: FairScheduler[Record[bytes]] = FairScheduler(
-            quota=scheduler.partition_quota, shadow_limit=max(1, scheduler.concurrency // 2)
+            quota=scheduler.partition_quota, shadow_limit=max(1, self._worker_count // 2)
         )
+        for lane, sub in enumerate(subscribers):
+            self._scheduler.configure_lane(lane, single=not sub.batch, limit=sub.concurrency)
         self._offsets = OffsetTracker()
         self.stats_recorder = StatsRecorder()
         self._shadows: ShadowTasks | None = None
@@ -97,6 +101,7 @@ class Engine:
             taken=self._fetcher.taken,
             replayed=self._shadows.notify if self._shadows is not None else lambda: None,
             fail=self._fail,
+            room=2 * scheduler.partition_quota,
         )
         self._rebalancer = Rebalancer(
             group_id=group_id,
@@ -163,7 +168,7 @@ class Engine:
                 tasks.start_soon(self._commit_loop)
                 if self._shadows is not None:
                     tasks.start_soon(self._shadows.run)
-                self._workers.start(tasks, self._config.concurrency)
+                self._workers.start(tasks, self._worker_count)
                 self.state = "running"
                 await self._stop.wait()
                 self.state = "stopping"
@@ -230,7 +235,10 @@ class Engine:
                 "redelivers what was not committed",
             )
             return False
-        self._offsets.advance(tp, next_offset)
+        if self._offsets.out_of_order(tp):
+            self._offsets.finish(tp, next_offset - 1)  # a keyed lane: this record only
+        else:
+            self._offsets.advance(tp, next_offset)
         return await self.commit({tp})
 
     async def commit(self, tps: set[TP] | None = None) -> bool:

@@ -69,6 +69,47 @@ class DispatchRunner:
                     return
                 await self._run_slice(subscriber, piece, replay)
 
+    async def run_record(self, subscriber: Subscriber, queued: Record[bytes]) -> None:
+        """Handle one admitted record of a keyed lane and mark it finished.
+
+        The same steps as a slice's loop (decode, handler, retry, dead letter), for
+        one record; its offset is finished only when the record is done (handled or
+        given up), so a cancel or a ``stop`` leaves it uncommitted.
+        """
+        tp = (queued.topic, queued.partition)
+        slot = RecordSlot()
+        slot.record = queued
+        token = current_record.set(slot)
+        started = time.perf_counter()
+        handled: Any = queued
+        try:
+            if subscriber.decoder is not passthrough:
+                try:
+                    handled = with_value(queued, subscriber.decoder(queued.raw))
+                except DecodeError as exc:
+                    await self._give_up(subscriber, queued, exc, 0)
+                    handled = None
+            if handled is not None:
+                try:
+                    await subscriber.handler(handled)
+                except Exception as exc:
+                    await self._retry(subscriber, handled, queued, exc)
+                except asyncio.CancelledError as exc:
+                    await self._retry(subscriber, handled, queued, stray_cancellation(exc))
+        except (Exception, asyncio.CancelledError):
+            raise
+        except BaseException as exc:
+            raise _aborted(queued, exc) from exc
+        finally:
+            current_record.reset(token)
+        if not self._manual_ack:
+            self._offsets.finish(tp, queued.offset)
+        self._stats.handled(tp, 1, time.perf_counter() - started)
+
+    def admit(self, record: Record[bytes]) -> None:
+        """``record`` is about to run out of order: hold the watermark below it."""
+        self._offsets.admit((record.topic, record.partition), record.offset)
+
     def _advance(self, tp: TP, next_offset: int, replay: bool) -> None:
         if replay:
             self._offsets.advance_shadow(tp, next_offset)

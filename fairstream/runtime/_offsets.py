@@ -13,10 +13,16 @@ so its progress is one offset too: everything below it is done, and the ranges a
 clipped there. Every commit is a consistent pair - records below the offset are
 handled unless a range in the metadata still holds them - so a crash at any moment
 loses nothing.
+
+Under ``ordering="key"`` or ``"none"`` records of a partition finish out of order.
+Each record is *admitted* (in offset order) before it runs and *finished* after;
+the watermark is then the lowest admitted record not finished, and the finished
+ones above it are kept apart (``done``) for the offset map in the metadata.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -42,6 +48,10 @@ class PartitionOffsets:
     metadata: str = ""
     committed_metadata: str = ""
     shadow: tuple[OffsetRange, ...] = field(default_factory=tuple)
+    open: deque[int] = field(default_factory=deque)
+    """Admitted offsets, ascending, from the lowest one not finished (keyed lanes)."""
+    done: set[int] = field(default_factory=set)
+    """Finished offsets in ``open`` above its first: they wait for it to finish."""
 
     @property
     def next_commit(self) -> int | None:
@@ -104,6 +114,34 @@ class OffsetTracker:
         state = self.partitions.get(tp)
         if state is not None and (state.handled is None or next_offset > state.handled):
             state.handled = next_offset
+
+    def admit(self, tp: TP, offset: int) -> None:
+        """``offset`` starts out of order (keyed lane); admitted in offset order."""
+        state = self.partitions.get(tp)
+        if state is not None:
+            state.open.append(offset)
+
+    def finish(self, tp: TP, offset: int) -> None:
+        """The admitted record at ``offset`` is done: move the watermark if it can."""
+        state = self.partitions.get(tp)
+        if state is None or not state.open or offset < state.open[0]:
+            return  # not ours any more, or finished twice
+        opened, done = state.open, state.done
+        if offset != opened[0]:
+            done.add(offset)
+            return
+        opened.popleft()
+        following = offset + 1
+        while opened and opened[0] in done:
+            first = opened.popleft()
+            done.discard(first)
+            following = first + 1
+        self.advance(tp, opened[0] if opened else following)
+
+    def out_of_order(self, tp: TP) -> bool:
+        """Records of ``tp`` are admitted and not all finished (a keyed lane's)."""
+        state = self.partitions.get(tp)
+        return state is not None and bool(state.open)
 
     def pending(self, tps: set[TP] | None = None) -> dict[TP, tuple[int, str]]:
         """Offsets (and metadata) that differ from the last successful commit."""

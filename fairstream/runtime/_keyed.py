@@ -1,0 +1,178 @@
+"""The keyed room: records of one subscriber run per key (``ordering="key"``/``"none"``).
+
+A worker takes a dispatch (one partition's slice, handed out round-robin with the
+per-partition quota, so KIP-387 fairness decides what is admitted) and *admits*
+its records here, in offset order. Each admitted record joins the chain of its
+key within its partition; a chain runs its records one after another, so a key
+waits only for its own earlier records, and different keys run side by side.
+With ``"none"`` every record is a chain of its own. Null keys share one chain per
+partition, so they keep partition order among themselves.
+
+Two bounds hold: at most ``concurrency`` handler calls run at once (a semaphore
+that a chain takes per record, so a key with a long run holds one slot, not
+all), and at most ``room`` records of a partition are admitted and unfinished,
+so a partition whose head is slow stops reading ahead (buffered memory stays
+bounded) while the others go on.
+
+Chains run in a task group per partition, opened when its first record is
+admitted and closed when none is left; its cancel scope and ``done`` event are
+what a revoke or a forced shutdown waits on or cancels, like a dispatch's.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Collection, Hashable
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.abc
+
+from fairstream.errors import FairstreamError
+from fairstream.runtime._handling import DispatchRunner
+from fairstream.runtime._record import TP, Record
+from fairstream.runtime._scheduler import Dispatch
+from fairstream.runtime._subscriber import Subscriber
+
+__all__ = ["InFlight", "KeyedLane"]
+
+
+@dataclass(slots=True, eq=False)
+class InFlight:
+    """Running work (a dispatch, or a partition's chains), to wait for or cancel."""
+
+    scope: anyio.CancelScope
+    done: anyio.Event = field(default_factory=anyio.Event)
+
+
+@dataclass(slots=True, eq=False)
+class _Partition:
+    """The chains of one partition, and the task group they run in."""
+
+    tp: TP
+    running: InFlight
+    chains: dict[Hashable, deque[Record[bytes]]] = field(default_factory=dict)
+    admitted: int = 0
+    tasks: anyio.abc.TaskGroup | None = None
+    room: anyio.Event = field(default_factory=anyio.Event)
+    idle: anyio.Event = field(default_factory=anyio.Event)
+    closed: bool = False
+
+
+class KeyedLane:
+    """One subscriber's records in flight out of partition order."""
+
+    def __init__(
+        self,
+        subscriber: Subscriber,
+        runner: DispatchRunner,
+        *,
+        room: int,
+        owned: Callable[[TP], bool],
+        fail: Callable[[FairstreamError], None],
+    ) -> None:
+        self._subscriber = subscriber
+        self._runner = runner
+        self._room = max(room, subscriber.concurrency)
+        self._owned = owned
+        self._fail = fail
+        self._slots = anyio.Semaphore(subscriber.concurrency)
+        self._by_key = subscriber.ordering == "key"
+        self._unique = itertools.count()
+        self._parts: dict[TP, _Partition] = {}
+        self._tasks: anyio.abc.TaskGroup | None = None
+
+    def start(self, tasks: anyio.abc.TaskGroup) -> None:
+        self._tasks = tasks
+
+    def running_on(self, tps: Collection[TP]) -> list[InFlight]:
+        return [part.running for tp, part in self._parts.items() if tp in tps]
+
+    def running(self) -> list[InFlight]:
+        return [part.running for part in self._parts.values()]
+
+    async def admit(self, dispatch: Dispatch[Record[bytes]]) -> None:
+        """Admit the dispatch's records in order; waits while a partition has no room.
+
+        Records not admitted (the partition was revoked, or the app halts) stay
+        unfinished, so the watermark never passes them.
+        """
+        runner = self._runner
+        for piece in dispatch.slices:
+            tp = piece.tp
+            for record in piece.records:
+                while True:
+                    if runner.halted or not self._owned(tp):
+                        return
+                    part = self._parts.get(tp)
+                    if part is None:
+                        part = await self._open(tp)
+                    elif part.admitted >= self._room:
+                        await part.room.wait()
+                        continue
+                    break
+                runner.admit(record)
+                part.admitted += 1
+                key = record.key if self._by_key else next(self._unique)
+                chain = part.chains.get(key)
+                if chain is None:
+                    part.chains[key] = deque((record,))
+                    assert part.tasks is not None
+                    part.tasks.start_soon(self._chain, part, key)
+                else:
+                    chain.append(record)
+
+    async def _open(self, tp: TP) -> _Partition:
+        assert self._tasks is not None, "KeyedLane.start was not called"
+        part = _Partition(tp, InFlight(anyio.CancelScope()))
+        self._parts[tp] = part
+        await self._tasks.start(self._serve, part)
+        return part
+
+    async def _serve(
+        self,
+        part: _Partition,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            with part.running.scope:
+                async with anyio.create_task_group() as tasks:
+                    part.tasks = tasks
+                    task_status.started()
+                    await part.idle.wait()
+        finally:
+            part.closed = True
+            if self._parts.get(part.tp) is part:
+                del self._parts[part.tp]
+            part.room.set()
+            part.running.done.set()
+
+    async def _chain(self, part: _Partition, key: Hashable) -> None:
+        chain = part.chains[key]
+        runner, subscriber, slots = self._runner, self._subscriber, self._slots
+        try:
+            while chain and not runner.halted:
+                async with slots:
+                    await runner.run_record(subscriber, chain[0])
+                chain.popleft()
+                self._release(part, 1)
+        except FairstreamError as exc:
+            self._fail(exc)
+        finally:
+            # Cut short (halt, cancel, stop policy): what is left stays unfinished.
+            del part.chains[key]
+            if chain:
+                self._release(part, len(chain))
+            if not part.chains:
+                if self._parts.get(part.tp) is part:
+                    del self._parts[part.tp]  # new records open a fresh partition
+                part.idle.set()
+
+    def _release(self, part: _Partition, count: int) -> None:
+        was_full = part.admitted >= self._room
+        part.admitted -= count
+        if was_full:
+            part.room.set()
+            part.room = anyio.Event()
