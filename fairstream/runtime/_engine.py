@@ -66,6 +66,7 @@ class Engine:
         for lane, sub in enumerate(subscribers):
             self._scheduler.configure_lane(lane, single=not sub.batch, limit=sub.concurrency)
         self._offsets = OffsetTracker()
+        self._map_checked = False
         self.stats_recorder = StatsRecorder()
         self._shadows: ShadowTasks | None = None
         if isinstance(clients, ShadowClients):
@@ -244,6 +245,16 @@ class Engine:
     async def commit(self, tps: set[TP] | None = None) -> bool:
         """Commit the watermarks of ``tps`` (all by default); ``False``: retried later."""
         pending = self._offsets.pending(tps)
+        for tp, ranges in self._offsets.overflowed:
+            log.warning(
+                "offset_map_dropped",
+                topic=tp[0],
+                partition=tp[1],
+                ranges=ranges,
+                reason="the finished offsets do not fit the commit metadata; committing "
+                "the plain watermark, so a restart repeats more records",
+            )
+        self._offsets.overflowed.clear()
         if not pending:
             return True
         request = {
@@ -259,7 +270,29 @@ class Engine:
             return False
         self._offsets.committed(pending)
         log.debug("offsets_committed", partitions=len(pending))
+        if not self._map_checked:
+            await self._check_map_kept(pending)
         return True
+
+    async def _check_map_kept(self, sent: dict[TP, tuple[int, str]]) -> None:
+        """Read the first offset map back once; a broker that drops it turns maps off."""
+        mapped = {tp for tp, (_, metadata) in sent.items() if '"done"' in metadata}
+        if not mapped or not isinstance(self._clients, ShadowClients):
+            return
+        self._map_checked = True
+        try:
+            found = await self._clients.committed_offsets(mapped)
+        except FairstreamError:
+            self._map_checked = False  # try again on a later commit
+            return
+        if any((got := found.get(tp)) is not None and not got[1] for tp in mapped):
+            self._offsets.maps = False
+            log.warning(
+                "offset_map_unavailable",
+                group_id=self.group_id,
+                reason="the broker dropped commit metadata; committing the plain watermark, "
+                "so a restart repeats the records finished above it",
+            )
 
     # --- introspection --------------------------------------------------------------
 

@@ -26,6 +26,7 @@ import structlog
 
 from fairstream.errors import HandlerAborted, HandlerError
 from fairstream.logs import RecordSlot, current_record
+from fairstream.ranges import OffsetRange
 from fairstream.runtime._decode import DecodeError, passthrough
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._record import TP, Record, with_value
@@ -109,6 +110,14 @@ class DispatchRunner:
     def admit(self, record: Record[bytes]) -> None:
         """``record`` is about to run out of order: hold the watermark below it."""
         self._offsets.admit((record.topic, record.partition), record.offset)
+
+    def skip(self, tp: TP) -> tuple[OffsetRange, ...]:
+        """Offsets of ``tp`` a previous owner finished: not to be run again."""
+        return self._offsets.skip(tp)
+
+    def skipped(self, record: Record[bytes]) -> None:
+        """``record`` (admitted) was finished by a previous owner: finish it unrun."""
+        self._offsets.finish((record.topic, record.partition), record.offset)
 
     def _advance(self, tp: TP, next_offset: int, replay: bool) -> None:
         if replay:

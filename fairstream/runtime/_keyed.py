@@ -101,6 +101,7 @@ class KeyedLane:
         runner = self._runner
         for piece in dispatch.slices:
             tp = piece.tp
+            skip = runner.skip(tp)
             for record in piece.records:
                 while True:
                     if runner.halted or not self._owned(tp):
@@ -113,6 +114,9 @@ class KeyedLane:
                         continue
                     break
                 runner.admit(record)
+                if skip and any(r.start <= record.offset < r.end for r in skip):
+                    runner.skipped(record)  # a previous owner finished it (offset map)
+                    continue
                 part.admitted += 1
                 key = record.key if self._by_key else next(self._unique)
                 chain = part.chains.get(key)

@@ -17,7 +17,11 @@ loses nothing.
 Under ``ordering="key"`` or ``"none"`` records of a partition finish out of order.
 Each record is *admitted* (in offset order) before it runs and *finished* after;
 the watermark is then the lowest admitted record not finished, and the finished
-ones above it are kept apart (``done``) for the offset map in the metadata.
+ones above it are kept apart (``done``). Each commit writes them into the metadata
+as an offset map (:func:`fairstream.ranges.encode_metadata`, beside the shadow
+ranges); the next owner reads the map back (``skip``) and does not run those
+records again. A map that does not fit is left out: the plain watermark only
+repeats work.
 """
 
 from __future__ import annotations
@@ -26,7 +30,15 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from fairstream.ranges import OffsetRange, decode_shadow, encode_shadow
+from fairstream.ranges import (
+    OffsetRange,
+    decode_done,
+    decode_shadow,
+    encode_metadata,
+    encode_shadow,
+    is_ours,
+    merge_ranges,
+)
 from fairstream.runtime._record import TP
 
 __all__ = ["OffsetTracker", "PartitionOffsets", "clip_below"]
@@ -52,6 +64,11 @@ class PartitionOffsets:
     """Admitted offsets, ascending, from the lowest one not finished (keyed lanes)."""
     done: set[int] = field(default_factory=set)
     """Finished offsets in ``open`` above its first: they wait for it to finish."""
+    skip: tuple[OffsetRange, ...] = field(default_factory=tuple)
+    """Records above the committed offset a previous owner finished (its offset map)."""
+    keyed: bool = False
+    """Records were admitted out of order: commits carry the offset map."""
+    map_dropped: bool = False
 
     @property
     def next_commit(self) -> int | None:
@@ -69,6 +86,10 @@ class OffsetTracker:
 
     def __init__(self) -> None:
         self.partitions: dict[TP, PartitionOffsets] = {}
+        self.maps = True
+        """Write offset maps; off once the broker was seen to drop commit metadata."""
+        self.overflowed: list[tuple[TP, int]] = []
+        """Partitions whose map did not fit (and how many ranges), since last read."""
 
     def assign(self, tp: TP, committed: int | None, metadata: str = "") -> None:
         """Own ``tp`` from its committed offset; open ranges come from ``metadata``.
@@ -80,7 +101,13 @@ class OffsetTracker:
             metadata=metadata,
             committed_metadata=metadata,
             shadow=tuple(decode_shadow(metadata)),
+            skip=tuple(decode_done(metadata, committed)),
         )
+
+    def skip(self, tp: TP) -> tuple[OffsetRange, ...]:
+        """Records of ``tp`` a previous owner finished (from its offset map)."""
+        state = self.partitions.get(tp)
+        return state.skip if state is not None else ()
 
     def jump(self, tp: TP, offset: int, shadow: Sequence[OffsetRange], metadata: str) -> None:
         """The live watermark moves to ``offset``; ``shadow`` holds what is left below."""
@@ -120,6 +147,9 @@ class OffsetTracker:
         state = self.partitions.get(tp)
         if state is not None:
             state.open.append(offset)
+            state.keyed = True
+            if state.handled is None:
+                state.handled = offset  # the map needs a committed base, even at the start
 
     def finish(self, tp: TP, offset: int) -> None:
         """The admitted record at ``offset`` is done: move the watermark if it can."""
@@ -148,9 +178,25 @@ class OffsetTracker:
         pending: dict[TP, tuple[int, str]] = {}
         for tp, state in self.partitions.items():
             offset = state.next_commit
+            if offset is not None and (state.keyed or state.skip) and is_ours(state.metadata):
+                state.metadata = self._with_map(tp, state, offset)
             if offset is not None and state.dirty and (tps is None or tp in tps):
                 pending[tp] = (offset, state.metadata)
         return pending
+
+    def _with_map(self, tp: TP, state: PartitionOffsets, offset: int) -> str:
+        """The partition's metadata: its shadow ranges and the offset map above ``offset``."""
+        state.skip = clip_below(state.skip, offset + 1)
+        finished = merge_ranges([*_as_ranges(state.done), *state.skip])
+        text = encode_metadata(state.shadow, offset, finished) if self.maps else None
+        if text is None:
+            if self.maps and not state.map_dropped:
+                self.overflowed.append((tp, len(finished)))
+            state.map_dropped = self.maps
+            text = encode_shadow(state.shadow)
+        else:
+            state.map_dropped = False
+        return state.metadata if text is None else text
 
     def committed(self, offsets: dict[TP, tuple[int, str]]) -> None:
         for tp, (offset, metadata) in offsets.items():
@@ -162,3 +208,18 @@ class OffsetTracker:
     def forget(self, tps: set[TP]) -> None:
         for tp in tps:
             self.partitions.pop(tp, None)
+
+
+def _as_ranges(offsets: set[int]) -> list[OffsetRange]:
+    """Sorted offsets as runs of consecutive ones."""
+    ranges: list[OffsetRange] = []
+    start = end = -1
+    for offset in sorted(offsets):
+        if offset != end:
+            if end > start:
+                ranges.append(OffsetRange(start, end))
+            start = offset
+        end = offset + 1
+    if end > start:
+        ranges.append(OffsetRange(start, end))
+    return ranges
