@@ -185,7 +185,9 @@ class SchedulerConfig:
     for batch handlers) are in flight at once. Its default, 64, lets every
     partition of a member be in flight at once with ``"partition"``, so partitions
     never wait on each other; with ``"key"`` it is the number of keys handled at
-    once.
+    once. Out of order, each commit carries an *offset map* of the records finished
+    above the committed offset, so a new owner skips them; ``offset_map=False``
+    commits the plain watermark only (more records repeat after a crash).
 
     Small buffers are fast: records are decoded just ahead of their handler and
     die young, so the garbage collector never promotes and rescans them (raising
@@ -198,6 +200,7 @@ class SchedulerConfig:
     max_batch: int = 1_000
     concurrency: int = 64
     ordering: Ordering = "partition"
+    offset_map: bool = True
     queue_target_records: int = 200
     queue_target_bytes: int = 8 * 1024 * 1024
     max_buffered_records: int = 2_000

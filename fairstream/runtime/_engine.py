@@ -66,6 +66,7 @@ class Engine:
         for lane, sub in enumerate(subscribers):
             self._scheduler.configure_lane(lane, single=not sub.batch, limit=sub.concurrency)
         self._offsets = OffsetTracker()
+        self._offsets.maps = scheduler.offset_map
         self._map_checked = False
         self.stats_recorder = StatsRecorder()
         self._shadows: ShadowTasks | None = None
