@@ -183,3 +183,29 @@ async def test_a_retrying_record_blocks_only_its_key_and_a_poison_one_goes_to_th
     (dead,) = await backend.read_all(f"{topic}.dlq", 1, expected=1)
     assert dead.value == b"k1:0"
     assert committed == [total]
+
+
+async def test_manual_commit_marks_only_that_record_finished_under_key_order(
+    backend: Backend, group_id: str
+) -> None:
+    topic = await backend.create_topic(1)
+    total = await _produce_keyed(backend, topic, partitions=1, keys=3, per_key=10)
+    app = backend.app(group_id=group_id, scheduler=QUICK, ack="manual")
+    handled = 0
+    done = anyio.Event()
+
+    @app.subscriber(topic, ordering="key")
+    async def handle(record: Record[str]) -> None:
+        nonlocal handled
+        if record.value != "k1:0":  # offset 10: handled, never acknowledged
+            assert await app.commit(record)
+        handled += 1
+        if handled == total:
+            done.set()
+
+    async with app:
+        with anyio.fail_after(60):
+            await done.wait()
+
+    # Everything from offset 10 on is acknowledged but 10; the group commits 10.
+    assert await backend.committed(group_id, topic, 1) == [10]
