@@ -142,31 +142,47 @@ class OffsetTracker:
         if state is not None and (state.handled is None or next_offset > state.handled):
             state.handled = next_offset
 
+    def admitting(self, tp: TP, first: int) -> deque[int] | None:
+        """The admitted offsets of ``tp``, to append to in offset order from ``first``.
+
+        Handed out once per slice so admitting a record costs one append.
+        """
+        state = self.partitions.get(tp)
+        if state is None:
+            return None
+        state.keyed = True
+        if state.handled is None:
+            state.handled = first  # the map needs a committed base, even at the start
+        return state.open
+
     def admit(self, tp: TP, offset: int) -> None:
         """``offset`` starts out of order (keyed lane); admitted in offset order."""
-        state = self.partitions.get(tp)
-        if state is not None:
-            state.open.append(offset)
-            state.keyed = True
-            if state.handled is None:
-                state.handled = offset  # the map needs a committed base, even at the start
+        opened = self.admitting(tp, offset)
+        if opened is not None:
+            opened.append(offset)
 
     def finish(self, tp: TP, offset: int) -> None:
         """The admitted record at ``offset`` is done: move the watermark if it can."""
         state = self.partitions.get(tp)
-        if state is None or not state.open or offset < state.open[0]:
-            return  # not ours any more, or finished twice
-        opened, done = state.open, state.done
+        if state is None:
+            return  # not ours any more
+        opened = state.open
+        if not opened or offset < opened[0]:
+            return  # finished twice
         if offset != opened[0]:
-            done.add(offset)
+            state.done.add(offset)
             return
         opened.popleft()
         following = offset + 1
-        while opened and opened[0] in done:
-            first = opened.popleft()
-            done.discard(first)
-            following = first + 1
-        self.advance(tp, opened[0] if opened else following)
+        done = state.done
+        if done:
+            while opened and opened[0] in done:
+                first = opened.popleft()
+                done.discard(first)
+                following = first + 1
+        watermark = opened[0] if opened else following
+        if state.handled is None or watermark > state.handled:
+            state.handled = watermark
 
     def out_of_order(self, tp: TP) -> bool:
         """Records of ``tp`` are admitted and not all finished (a keyed lane's)."""
