@@ -15,8 +15,11 @@ so a partition whose head is slow stops reading ahead (buffered memory stays
 bounded) while the others go on.
 
 Chains run in a task group per partition, opened when its first record is
-admitted and closed when none is left; its cancel scope and ``done`` event are
-what a revoke or a forced shutdown waits on or cancels, like a dispatch's.
+admitted and kept while the partition is owned (opening one per burst would cost
+more than a cheap handler). While it has chains it is *busy*: an
+:class:`InFlight` (its cancel scope, and an event set when the last chain ends)
+is what a revoke or a forced shutdown waits on or cancels, like a dispatch's. A
+revoke closes it once it is idle.
 """
 
 from __future__ import annotations
@@ -55,12 +58,14 @@ class _Partition:
     """The chains of one partition, and the task group they run in."""
 
     tp: TP
-    running: InFlight
+    scope: anyio.CancelScope
+    busy: InFlight | None = None
     chains: dict[Hashable, deque[Record[bytes]]] = field(default_factory=dict)
     admitted: int = 0
     tasks: anyio.abc.TaskGroup | None = None
     room: anyio.Event = field(default_factory=anyio.Event)
-    idle: anyio.Event = field(default_factory=anyio.Event)
+    stop: anyio.Event = field(default_factory=anyio.Event)
+    closing: bool = False
     closed: bool = False
 
 
@@ -91,10 +96,19 @@ class KeyedLane:
         self._tasks = tasks
 
     def running_on(self, tps: Collection[TP]) -> list[InFlight]:
-        return [part.running for tp, part in self._parts.items() if tp in tps]
+        """What is busy on ``tps`` (being revoked): those partitions close once idle."""
+        found = []
+        for tp, part in self._parts.items():
+            if tp in tps:
+                part.closing = True
+                if part.busy is not None:
+                    found.append(part.busy)
+                else:
+                    part.stop.set()
+        return found
 
     def running(self) -> list[InFlight]:
-        return [part.running for part in self._parts.values()]
+        return [part.busy for part in self._parts.values() if part.busy is not None]
 
     async def admit(self, dispatch: Dispatch[Record[bytes]]) -> None:
         """Admit the dispatch's records in order; waits while a partition has no room.
@@ -116,7 +130,7 @@ class KeyedLane:
                     if runner.halted or not self._owned(tp):
                         return
                     part = self._parts.get(tp)
-                    if part is None:
+                    if part is None or part.closed:
                         part = await self._open(tp)
                     elif part.admitted >= self._room:
                         await part.room.wait()
@@ -130,6 +144,8 @@ class KeyedLane:
                 key = record.key if self._by_key else next(self._unique)
                 chain = part.chains.get(key)
                 if chain is None:
+                    if part.busy is None:
+                        part.busy = InFlight(part.scope)
                     part.chains[key] = deque((record,))
                     assert part.tasks is not None
                     part.tasks.start_soon(self._chain, part, key)
@@ -138,7 +154,7 @@ class KeyedLane:
 
     async def _open(self, tp: TP) -> _Partition:
         assert self._tasks is not None, "KeyedLane.start was not called"
-        part = _Partition(tp, InFlight(anyio.CancelScope()))
+        part = _Partition(tp, anyio.CancelScope())
         self._parts[tp] = part
         await self._tasks.start(self._serve, part)
         return part
@@ -150,17 +166,18 @@ class KeyedLane:
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         try:
-            with part.running.scope:
+            with part.scope:
                 async with anyio.create_task_group() as tasks:
                     part.tasks = tasks
                     task_status.started()
-                    await part.idle.wait()
+                    await part.stop.wait()
         finally:
             part.closed = True
             if self._parts.get(part.tp) is part:
                 del self._parts[part.tp]
             part.room.set()
-            part.running.done.set()
+            if part.busy is not None:
+                part.busy.done.set()
 
     async def _chain(self, part: _Partition, key: Hashable) -> None:
         chain = part.chains[key]
@@ -192,10 +209,11 @@ class KeyedLane:
             del part.chains[key]
             if chain:
                 self._release(part, len(chain))
-            if not part.chains:
-                if self._parts.get(part.tp) is part:
-                    del self._parts[part.tp]  # new records open a fresh partition
-                part.idle.set()
+            if not part.chains and part.busy is not None:
+                part.busy.done.set()
+                part.busy = None
+                if part.closing:
+                    part.stop.set()
 
     def _release(self, part: _Partition, count: int) -> None:
         was_full = part.admitted >= self._room
