@@ -196,8 +196,14 @@ class Engine:
             log.warning("shutdown_timeout", reason="in-flight handlers cancelled")
 
     async def _final_commit(self) -> None:
-        with anyio.move_on_after(self._config.revoke_timeout, shield=True):
+        with anyio.move_on_after(self._config.revoke_timeout, shield=True) as scope:
             await self.commit()
+        if scope.cancelled_caught:
+            log.warning(
+                "final_commit_timeout",
+                reason="the broker did not answer the last commit in time; the next owner "
+                "repeats what was handled since the previous one",
+            )
 
     def _fail(self, error: FairstreamError) -> None:
         if self._failure is None:
