@@ -14,6 +14,8 @@ turn, each with a fresh group id, on the same broker and data:
   auto-commit, which commits what ``getmany`` returned on a timer (a crash can lose
   records returned but not handled): the least a raw loop can do;
 - ``fairstream``: ``@app.subscriber(topic)`` with ``record: Record[bytes]``;
+- ``fairstream ordering=key``: the same with ``SchedulerConfig(ordering="key")``
+  (records run per key, out of partition order, with the offset map);
 - ``fairstream batch``: ``batch=True`` with ``records: list[Record[bytes]]``;
 - ``faststream``: FastStream's plainest handler, ``msg: bytes``, with
   ``apply_types=False`` and ``logger=None`` (its fastest documented settings);
@@ -70,7 +72,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord
 from faststream.kafka import KafkaBroker
 
-from fairstream import App, Record, logs
+from fairstream import App, Record, SchedulerConfig, logs
 
 
 @dataclass(slots=True)
@@ -158,6 +160,23 @@ async def fairstream_records(run: Run) -> None:
         await tally.done.wait()
 
 
+async def fairstream_key(run: Run) -> None:
+    tally = run.tally
+    app = App(
+        bootstrap=run.bootstrap,
+        group_id=run.group_id,
+        assignor="fair",
+        scheduler=SchedulerConfig(ordering="key"),
+    )
+
+    @app.subscriber(run.topic)
+    async def handle(record: Record[bytes]) -> None:
+        tally.add(1)
+
+    async with app:
+        await tally.done.wait()
+
+
 async def fairstream_batch(run: Run) -> None:
     tally = run.tally
     app = App(bootstrap=run.bootstrap, group_id=run.group_id, assignor="fair")
@@ -224,6 +243,9 @@ WAYS = {
     ),
     "fairstream": Way(
         name="fairstream", consume=fairstream_records, commits="every 1 s and on stop"
+    ),
+    "fairstream-key": Way(
+        name="fairstream ordering=key", consume=fairstream_key, commits="every 1 s and on stop"
     ),
     "fairstream-batch": Way(
         name="fairstream batch", consume=fairstream_batch, commits="every 1 s and on stop"

@@ -31,6 +31,7 @@ __all__ = [
 
 OffsetReset = Literal["earliest", "latest"]
 OnError = Literal["dead_letter", "skip", "stop"]
+Ordering = Literal["partition", "key", "none"]
 
 
 def _check_types(config: object, prefix: str = "") -> None:
@@ -192,6 +193,18 @@ class SchedulerConfig:
     commit that times out is retried by the next periodic commit, except for the
     partitions of topics that no longer exist, which are dropped (``topic_deleted``).
 
+    ``ordering`` is what may run beside what: ``"partition"`` keeps each partition
+    in offset order (one record of a partition in flight), ``"key"`` keeps records
+    of one key in offset order (records of other keys, also of the same partition,
+    run beside them; null keys are ordered per partition), ``"none"`` lets any
+    record run beside any other. ``concurrency`` is how many records (dispatches,
+    for batch handlers) are in flight at once. Its default, 64, lets every
+    partition of a member be in flight at once with ``"partition"``, so partitions
+    never wait on each other; with ``"key"`` it is the number of keys handled at
+    once. Out of order, each commit carries an *offset map* of the records finished
+    above the committed offset, so a new owner skips them; ``offset_map=False``
+    commits the plain watermark only (more records repeat after a crash).
+
     Small buffers are fast: records are decoded just ahead of their handler and
     die young, so the garbage collector never promotes and rescans them (raising
     ``max_buffered_records`` from 2,000 to 4,000 doubles its work, see
@@ -201,7 +214,9 @@ class SchedulerConfig:
 
     partition_quota: int = 100
     max_batch: int = 1_000
-    concurrency: int = 1
+    concurrency: int = 64
+    ordering: Ordering = "partition"
+    offset_map: bool = True
     queue_target_records: int = 200
     queue_target_bytes: int = 8 * 1024 * 1024
     max_buffered_records: int = 2_000

@@ -4,23 +4,34 @@ A leaf module: the runtime writes these ranges into the group's commit metadata,
 the Spark backfill and ``fairstream lag`` read them back, and neither may import
 the other, so the format lives here.
 
-The metadata is compact JSON, ``{"shadow": [[start, end], ...]}``, half-open
-ranges sorted and merged. Brokers cap commit metadata (Kafka's default
-``offset.metadata.max.bytes`` is 4096), so :func:`encode_shadow` refuses to
-produce more than :data:`METADATA_LIMIT` bytes and the caller must then not jump.
+The metadata is compact JSON, ``{"shadow": [[start, end], ...], "done": [base,
+"runs"]}``, both keys optional. ``shadow`` holds half-open ranges below the
+committed offset still owed by a KIP-333 shadow, sorted and merged. ``done`` is the
+offset map of ``ordering="key"``/``"none"``: records above the committed offset
+``base`` that already finished, as run lengths (unfinished, finished, unfinished,
+... counted from ``base``) written as unsigned LEB128 varints in URL-safe base64.
+A map whose ``base`` is not the committed offset is stale and ignored. Brokers cap
+commit metadata (Kafka's default ``offset.metadata.max.bytes`` is 4096), so the
+encoders refuse to produce more than :data:`METADATA_LIMIT` bytes: the caller must
+then not jump, or commit without the map.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 __all__ = [
     "METADATA_LIMIT",
     "OffsetRange",
+    "decode_done",
     "decode_shadow",
+    "encode_metadata",
     "encode_shadow",
+    "is_ours",
     "merge_ranges",
 ]
 
@@ -83,3 +94,82 @@ def decode_shadow(metadata: str | None) -> list[OffsetRange]:
         return merge_ranges(OffsetRange(int(a), int(b)) for a, b in pairs)
     except (ValueError, TypeError, KeyError):
         return []
+
+
+def _runs(base: int, done: Sequence[OffsetRange]) -> str:
+    out = bytearray()
+    at = base
+    for r in done:
+        for number in (r.start - at, len(r)):
+            while number >= 0x80:
+                out.append((number & 0x7F) | 0x80)
+                number >>= 7
+            out.append(number)
+        at = r.end
+    return base64.urlsafe_b64encode(bytes(out)).decode().rstrip("=")
+
+
+def _ranges(base: int, runs: str) -> list[OffsetRange]:
+    data = base64.urlsafe_b64decode(runs + "=" * (-len(runs) % 4))
+    numbers: list[int] = []
+    number = shift = 0
+    for byte in data:
+        number |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            numbers.append(number)
+            number = shift = 0
+    found: list[OffsetRange] = []
+    at = base
+    for gap, length in zip(numbers[::2], numbers[1::2], strict=False):
+        found.append(OffsetRange(at + gap, at + gap + length))
+        at += gap + length
+    return found
+
+
+def encode_metadata(
+    shadow: Iterable[OffsetRange], base: int, done: Iterable[OffsetRange]
+) -> str | None:
+    """Metadata for open shadow ranges and the finished ranges above ``base``.
+
+    ``None`` if it would not fit :data:`METADATA_LIMIT`. Nothing to record encodes
+    as the empty string.
+    """
+    open_ranges = merge_ranges(shadow)
+    finished = [
+        OffsetRange(max(r.start, base + 1), r.end) for r in merge_ranges(done) if r.end > base + 1
+    ]
+    payload: dict[str, object] = {}
+    if open_ranges:
+        payload["shadow"] = [[r.start, r.end] for r in open_ranges]
+    if finished:
+        payload["done"] = [base, _runs(base, finished)]
+    if not payload:
+        return ""
+    text = json.dumps(payload, separators=(",", ":"))
+    return text if len(text.encode()) <= METADATA_LIMIT else None
+
+
+def decode_done(metadata: str | None, committed: int | None) -> list[OffsetRange]:
+    """The finished ranges above ``committed`` in an offset map; none if stale or foreign."""
+    if not metadata or committed is None:
+        return []
+    try:
+        payload = json.loads(metadata)
+        base, runs = payload["done"] if isinstance(payload, dict) else (None, "")
+        if base != committed or not isinstance(runs, str):
+            return []
+        return _ranges(committed, runs)
+    except (ValueError, TypeError, KeyError, binascii.Error):
+        return []
+
+
+def is_ours(metadata: str) -> bool:
+    """Empty, or the JSON this module writes (other tools' metadata is kept as is)."""
+    if not metadata:
+        return True
+    try:
+        payload = json.loads(metadata)
+    except ValueError:
+        return False
+    return isinstance(payload, dict) and bool(payload) and set(payload) <= {"shadow", "done"}

@@ -19,6 +19,7 @@ from fairstream.assign import resolve
 from fairstream.config import (
     ConsumerConfig,
     DeadLetterPolicy,
+    Ordering,
     ParallelRebalance,
     RetryPolicy,
     SchedulerConfig,
@@ -158,6 +159,8 @@ class App:
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
+        ordering: Ordering | None = None,
+        concurrency: int | None = None,
         middlewares: Sequence[Middleware] = (),
     ) -> Callable[[RecordHandler], RecordHandler]: ...
 
@@ -172,6 +175,8 @@ class App:
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
+        ordering: Ordering | None = None,
+        concurrency: int | None = None,
         middlewares: Sequence[Middleware] = (),
     ) -> Callable[[BatchHandler], BatchHandler]: ...
 
@@ -186,6 +191,8 @@ class App:
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
+        ordering: Ordering | None = None,
+        concurrency: int | None = None,
         middlewares: Sequence[Middleware] = (),
     ) -> Callable[[H], H]: ...
 
@@ -199,12 +206,16 @@ class App:
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
         parallel_rebalance: bool | ParallelRebalance | None = None,
+        ordering: Ordering | None = None,
+        concurrency: int | None = None,
         middlewares: Sequence[Middleware] = (),
     ) -> Callable[[H], H]:
         """Register an async handler for ``topics``; returns it unchanged.
 
         With ``batch=True`` the handler receives ``list[Record]`` of up to
         ``max_batch`` records from several partitions, each partition's in order.
+        ``ordering`` and ``concurrency`` override the app's ``SchedulerConfig`` for
+        this subscriber (batch handlers always keep each partition in order).
 
         ``key_decoder`` (or a ``Record[V, K]`` hint: ``Record[dict, str]``) decodes
         keys too; ``Record[V]`` keeps them as bytes.
@@ -226,6 +237,12 @@ class App:
         if limit <= 0:
             raise ConfigError("max_batch", limit, "must be > 0")
         self.scheduler_config.check_batch("max_batch", limit)
+        order = ordering if ordering is not None else self.scheduler_config.ordering
+        if order not in ("partition", "key", "none"):
+            raise ConfigError("ordering", order, "must be one of 'partition', 'key', 'none'")
+        in_flight = concurrency if concurrency is not None else self.scheduler_config.concurrency
+        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight <= 0:
+            raise ConfigError("concurrency", in_flight, "must be an int > 0")
         catch_up = (
             self.parallel_rebalance
             if parallel_rebalance is None
@@ -258,6 +275,8 @@ class App:
                     retry=retry or self.retry,
                     dead_letter=dead_letter or self.dead_letter,
                     parallel_rebalance=catch_up,
+                    ordering=order,
+                    concurrency=in_flight,
                 )
             )
             return handler

@@ -57,11 +57,17 @@ class Engine:
         self.group_id = group_id
         self._clients = clients
         self._config = scheduler
+        # One worker per dispatch in flight; a keyed lane's worker only admits records.
+        self._worker_count = max([scheduler.concurrency, *(s.concurrency for s in subscribers)])
         # KIP-333: a shadow may hold half the handler slots (at least one), never all.
         self._scheduler: FairScheduler[Record[bytes]] = FairScheduler(
-            quota=scheduler.partition_quota, shadow_limit=max(1, scheduler.concurrency // 2)
+            quota=scheduler.partition_quota, shadow_limit=max(1, self._worker_count // 2)
         )
+        for lane, sub in enumerate(subscribers):
+            self._scheduler.configure_lane(lane, single=not sub.batch, limit=sub.concurrency)
         self._offsets = OffsetTracker()
+        self._offsets.maps = scheduler.offset_map
+        self._map_checked = False
         self.stats_recorder = StatsRecorder()
         self._shadows: ShadowTasks | None = None
         if isinstance(clients, ShadowClients):
@@ -97,6 +103,7 @@ class Engine:
             taken=self._fetcher.taken,
             replayed=self._shadows.notify if self._shadows is not None else lambda: None,
             fail=self._fail,
+            room=2 * scheduler.partition_quota,
         )
         self._rebalancer = Rebalancer(
             group_id=group_id,
@@ -163,7 +170,7 @@ class Engine:
                 tasks.start_soon(self._commit_loop)
                 if self._shadows is not None:
                     tasks.start_soon(self._shadows.run)
-                self._workers.start(tasks, self._config.concurrency)
+                self._workers.start(tasks, self._worker_count)
                 self.state = "running"
                 await self._stop.wait()
                 self.state = "stopping"
@@ -189,8 +196,14 @@ class Engine:
             log.warning("shutdown_timeout", reason="in-flight handlers cancelled")
 
     async def _final_commit(self) -> None:
-        with anyio.move_on_after(self._config.revoke_timeout, shield=True):
+        with anyio.move_on_after(self._config.revoke_timeout, shield=True) as scope:
             await self.commit()
+        if scope.cancelled_caught:
+            log.warning(
+                "final_commit_timeout",
+                reason="the broker did not answer the last commit in time; the next owner "
+                "repeats what was handled since the previous one",
+            )
 
     def _fail(self, error: FairstreamError) -> None:
         if self._failure is None:
@@ -230,12 +243,25 @@ class Engine:
                 "redelivers what was not committed",
             )
             return False
-        self._offsets.advance(tp, next_offset)
+        if self._offsets.out_of_order(tp):
+            self._offsets.finish(tp, next_offset - 1)  # a keyed lane: this record only
+        else:
+            self._offsets.advance(tp, next_offset)
         return await self.commit({tp})
 
     async def commit(self, tps: set[TP] | None = None) -> bool:
         """Commit the watermarks of ``tps`` (all by default); ``False``: retried later."""
         pending = self._offsets.pending(tps)
+        for tp, ranges in self._offsets.overflowed:
+            log.warning(
+                "offset_map_dropped",
+                topic=tp[0],
+                partition=tp[1],
+                ranges=ranges,
+                reason="the finished offsets do not fit the commit metadata; committing "
+                "the plain watermark, so a restart repeats more records",
+            )
+        self._offsets.overflowed.clear()
         if not pending:
             return True
         request = {
@@ -265,6 +291,8 @@ class Engine:
         self.stats_recorder.commits += 1
         self._offsets.committed(pending)
         log.debug("offsets_committed", partitions=len(pending))
+        if not self._map_checked:
+            await self._check_map_kept(pending)
         return True
 
     async def _deleted(self, tps: set[TP]) -> set[TP]:
@@ -291,6 +319,26 @@ class Engine:
             )
             self._offsets.forget(dropped)
         return gone
+
+    async def _check_map_kept(self, sent: dict[TP, tuple[int, str]]) -> None:
+        """Read the first offset map back once; a broker that drops it turns maps off."""
+        mapped = {tp for tp, (_, metadata) in sent.items() if '"done"' in metadata}
+        if not mapped or not isinstance(self._clients, ShadowClients):
+            return
+        self._map_checked = True
+        try:
+            found = await self._clients.committed_offsets(mapped)
+        except FairstreamError:
+            self._map_checked = False  # try again on a later commit
+            return
+        if any((got := found.get(tp)) is not None and not got[1] for tp in mapped):
+            self._offsets.maps = False
+            log.warning(
+                "offset_map_unavailable",
+                group_id=self.group_id,
+                reason="the broker dropped commit metadata; committing the plain watermark, "
+                "so a restart repeats the records finished above it",
+            )
 
     # --- introspection --------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -26,6 +27,7 @@ import structlog
 
 from fairstream.errors import HandlerAborted, HandlerError
 from fairstream.logs import RecordSlot, current_record
+from fairstream.ranges import OffsetRange
 from fairstream.runtime._decode import DecodeError, passthrough
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._record import TP, Record, with_value
@@ -68,6 +70,73 @@ class DispatchRunner:
                 if self.halted:
                     return
                 await self._run_slice(subscriber, piece, replay)
+
+    async def run_chain(
+        self,
+        subscriber: Subscriber,
+        tp: TP,
+        chain: deque[Record[bytes]],
+        limit: int,
+        popped: Callable[[int], None],
+    ) -> None:
+        """Handle up to ``limit`` records from the front of a keyed lane's chain.
+
+        The same steps as a slice's loop (decode, handler, retry, dead letter), and
+        each record is finished (and popped) when it is done (handled or given up),
+        so a cancel or a ``stop`` leaves the one in hand unfinished and in the chain.
+        ``popped`` is told how many were done, also when the run is cut short.
+        """
+        handler = subscriber.handler
+        decode = subscriber.decoder
+        finish = self._offsets.finish
+        manual = self._manual_ack
+        slot = RecordSlot()
+        token = current_record.set(slot)
+        started = time.perf_counter()
+        done = 0
+        try:
+            while chain and done < limit and not self.halted:
+                queued = slot.record = chain[0]
+                handled: Any = queued
+                if decode is not passthrough:
+                    try:
+                        handled = with_value(queued, decode(queued.raw))
+                    except DecodeError as exc:
+                        await self._give_up(subscriber, queued, exc, 0)
+                        handled = None
+                if handled is not None:
+                    try:
+                        await handler(handled)
+                    except Exception as exc:
+                        await self._retry(subscriber, handled, queued, exc)
+                    except asyncio.CancelledError as exc:
+                        await self._retry(subscriber, handled, queued, stray_cancellation(exc))
+                if not manual:
+                    finish(tp, queued.offset)
+                chain.popleft()
+                done += 1
+        except (Exception, asyncio.CancelledError):
+            raise
+        except BaseException as exc:
+            raise _aborted(slot.record, exc) from exc
+        finally:
+            current_record.reset(token)
+            if done:
+                self._stats.handled(tp, done, time.perf_counter() - started)
+                popped(done)
+
+    def admitting(self, tp: TP, first: int) -> deque[int] | None:
+        """Where to append the offsets of ``tp`` about to run out of order, from ``first``:
+        the watermark stays below them until they finish (``None``: not owned)."""
+        return self._offsets.admitting(tp, first)
+
+    def skip(self, tp: TP) -> tuple[OffsetRange, ...]:
+        """Offsets of ``tp`` a previous owner finished: not to be run again."""
+        return self._offsets.skip(tp)
+
+    def skipped(self, record: Record[bytes]) -> None:
+        """``record`` (admitted) was finished by a previous owner: finish it unrun."""
+        self._offsets.finish((record.topic, record.partition), record.offset)
 
     def _advance(self, tp: TP, next_offset: int, replay: bool) -> None:
         if replay:

@@ -17,6 +17,10 @@ the same time (the documented exception to per-partition order; each queue keeps
 its own order). Lanes are served round-robin, so live records wait for at most
 one shadow dispatch, and at most ``shadow_limit`` shadow dispatches run at once,
 so the shadow never holds every handler slot.
+
+A lane may be *single* (a record handler): each of its dispatches holds one
+partition, so the partitions of one subscriber run side by side instead of one
+after another inside a dispatch, up to the lane's ``limit`` dispatches at once.
 """
 
 from __future__ import annotations
@@ -130,6 +134,9 @@ class FairScheduler(Generic[R]):
         self._rings: dict[Lane, deque[PartitionQueue[R]]] = {}
         self._limits: dict[int, int] = {}
         self._lanes: deque[Lane] = deque()
+        self._single: set[int] = set()
+        self._lane_limit: dict[int, int] = {}
+        self._lane_running: dict[int, int] = {}
         self.buffered = 0
         self.buffered_bytes = 0
         self.replay_buffered = 0
@@ -139,6 +146,12 @@ class FairScheduler(Generic[R]):
     def live_buffered(self) -> int:
         """Records queued for the live lanes: what the fetch loop's pulls add to."""
         return self.buffered - self.replay_buffered
+
+    def configure_lane(self, lane: int, *, single: bool, limit: int) -> None:
+        """``single``: one partition per live dispatch; at most ``limit`` in flight."""
+        if single:
+            self._single.add(lane)
+        self._lane_limit[lane] = limit
 
     def _table(self, replay: bool) -> dict[TP, PartitionQueue[R]]:
         return self.shadows if replay else self.queues
@@ -173,9 +186,12 @@ class FairScheduler(Generic[R]):
         return queue
 
     def _eligible(self, lane: Lane) -> bool:
-        return bool(self._rings[lane]) and (
-            not lane[1] or self.shadow_in_flight < self.shadow_limit
-        )
+        if not self._rings[lane]:
+            return False
+        if lane[1]:
+            return self.shadow_in_flight < self.shadow_limit
+        limit = self._lane_limit.get(lane[0])
+        return limit is None or self._lane_running.get(lane[0], 0) < limit
 
     def has_ready(self) -> bool:
         return any(self._eligible(lane) for lane in self._lanes)
@@ -191,7 +207,8 @@ class FairScheduler(Generic[R]):
             ring = self._rings[key]
             slices: list[Slice[R]] = []
             room = self._limits[lane]
-            while ring and room > 0:
+            single = lane in self._single and not replay
+            while ring and room > 0 and not (single and slices):
                 queue = ring.popleft()
                 bytes_before = queue.nbytes
                 records = queue.take(min(self.quota, room))
@@ -204,6 +221,8 @@ class FairScheduler(Generic[R]):
                 room -= len(records)
             if replay:
                 self.shadow_in_flight += 1
+            else:
+                self._lane_running[lane] = self._lane_running.get(lane, 0) + 1
             return Dispatch(lane, slices, replay)
         return None
 
@@ -211,6 +230,8 @@ class FairScheduler(Generic[R]):
         """The dispatch finished: its partitions rejoin the back of the ring."""
         if dispatch.replay:
             self.shadow_in_flight -= 1
+        else:
+            self._lane_running[dispatch.lane] -= 1
         table = self._table(dispatch.replay)
         for piece in dispatch.slices:
             queue = table.get(piece.tp)

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fairstream.config import DeadLetterPolicy, ParallelRebalance, RetryPolicy
+from fairstream.config import DeadLetterPolicy, Ordering, ParallelRebalance, RetryPolicy
 from fairstream.runtime._decode import Decoder
 
 __all__ = ["Handler", "Subscriber"]
@@ -33,3 +33,13 @@ class Subscriber:
     dead_letter: DeadLetterPolicy
     parallel_rebalance: ParallelRebalance | None
     """KIP-333 settings, ``None`` when off (open ranges are still resumed)."""
+    ordering: Ordering = "partition"
+    """What may run beside what (``SchedulerConfig.ordering``); batch handlers keep
+    ``"partition"``: a batch holds records of partitions with no dispatch in flight."""
+    concurrency: int = 64
+    """Records (dispatches, for batch handlers) of this subscriber in flight at once."""
+
+    @property
+    def keyed(self) -> bool:
+        """Its records run per key (or alone), not one partition dispatch at a time."""
+        return self.ordering != "partition" and not self.batch

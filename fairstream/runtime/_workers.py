@@ -4,12 +4,19 @@ Each worker takes the next dispatch, tells the fetcher (``taken``: the dispatch 
 have made room in a held queue), runs it through the :class:`DispatchRunner`, and
 releases it. What is in flight is registered per partition, so a revoke can wait
 for it or cancel it, and a forced shutdown can cancel everything.
+
+A live dispatch of a keyed subscriber (``ordering="key"``/``"none"``) is not run
+here: its records are admitted to the subscriber's :class:`KeyedLane`, which runs
+them per key, and the partition is released for its next dispatch at once.
+
+An idle worker waits on an event of its own and ``wake`` sets one of them, so new
+records wake one worker, not all of them.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
 
 import anyio
 import anyio.abc
@@ -17,6 +24,7 @@ import anyio.lowlevel
 
 from fairstream.errors import FairstreamError
 from fairstream.runtime._handling import DispatchRunner
+from fairstream.runtime._keyed import InFlight, KeyedLane
 from fairstream.runtime._record import TP, Record
 from fairstream.runtime._scheduler import Dispatch, FairScheduler
 from fairstream.runtime._subscriber import Subscriber
@@ -24,19 +32,12 @@ from fairstream.runtime._subscriber import Subscriber
 __all__ = ["InFlight", "Workers"]
 
 
-@dataclass(slots=True, eq=False)
-class InFlight:
-    """A running dispatch, so revocation can wait for it or cancel it."""
-
-    scope: anyio.CancelScope
-    done: anyio.Event = field(default_factory=anyio.Event)
-
-
 class Workers:
     """Runs dispatches until :meth:`stop`.
 
     ``taken`` is called with each dispatch before it runs, ``replayed`` after a
-    shadow (replay) dispatch finished, ``fail`` with an error that stops the app.
+    shadow (replay) dispatch finished, ``fail`` with an error that stops the app;
+    ``room`` is how many records of a partition a keyed lane admits ahead.
     """
 
     def __init__(
@@ -48,6 +49,7 @@ class Workers:
         taken: Callable[[Dispatch[Record[bytes]]], None],
         replayed: Callable[[], None],
         fail: Callable[[FairstreamError], None],
+        room: int,
     ) -> None:
         self._scheduler = scheduler
         self._runner = runner
@@ -56,51 +58,70 @@ class Workers:
         self._replayed = replayed
         self._fail = fail
         self._in_flight: dict[tuple[TP, bool], InFlight] = {}
-        self._work = anyio.Event()
-        self._idle = 0
+        self._sleepers: deque[anyio.Event] = deque()
         self._stopping = False
+        self._keyed = {
+            lane: KeyedLane(
+                sub,
+                runner,
+                room=room,
+                owned=lambda tp: tp in scheduler.queues,
+                fail=fail,
+            )
+            for lane, sub in enumerate(subscribers)
+            if sub.keyed
+        }
 
     def start(self, tasks: anyio.abc.TaskGroup, count: int) -> None:
+        for keyed in self._keyed.values():
+            keyed.start(tasks)
         for _ in range(count):
             tasks.start_soon(self._work_loop)
 
     def wake(self) -> None:
-        """There is work: wake a waiting worker (a busy one looks for work when done)."""
-        if self._idle:
-            self._work.set()
-            self._work = anyio.Event()
+        """There is work: wake one waiting worker (a busy one looks for work when done)."""
+        if self._sleepers:
+            self._sleepers.popleft().set()
 
     def stop(self, *, cancel: bool = False) -> None:
         """Start no new dispatch and no record not started yet; ``cancel`` those in hand."""
         self._stopping = True
         self._runner.halted = True
-        self.wake()
+        while self._sleepers:
+            self.wake()
         if cancel:
-            for running in self._in_flight.values():
+            for running in self.running():
                 running.scope.cancel()
 
     @property
     def in_flight(self) -> int:
-        return len({id(r) for r in self._in_flight.values()})
+        return len(self.running())
 
     def running_on(self, tps: Collection[TP]) -> list[InFlight]:
-        """The dispatches in flight that hold a record of ``tps``, each once."""
+        """The dispatches (and keyed chains) in flight that hold a record of ``tps``."""
         found = {id(r): r for (tp, _), r in self._in_flight.items() if tp in tps}
+        for keyed in self._keyed.values():
+            found.update((id(r), r) for r in keyed.running_on(tps))
         return list(found.values())
 
     def running(self) -> list[InFlight]:
-        return list({id(r): r for r in self._in_flight.values()}.values())
+        found = {id(r): r for r in self._in_flight.values()}
+        for keyed in self._keyed.values():
+            found.update((id(r), r) for r in keyed.running())
+        return list(found.values())
 
     async def _work_loop(self) -> None:
         scheduler = self._scheduler
         while not self._stopping:
             dispatch = scheduler.next_dispatch()
             if dispatch is None:
-                self._idle += 1
+                awake = anyio.Event()
+                self._sleepers.append(awake)
                 try:
-                    await self._work.wait()
+                    await awake.wait()
                 finally:
-                    self._idle -= 1
+                    if awake in self._sleepers:
+                        self._sleepers.remove(awake)
                 continue
             self._taken(dispatch)
             await self._run(dispatch)
@@ -118,7 +139,11 @@ class Workers:
             self._in_flight[key] = running
         try:
             with running.scope:
-                await self._runner.run(subscriber, dispatch)
+                keyed = None if dispatch.replay else self._keyed.get(dispatch.lane)
+                if keyed is not None:
+                    await keyed.admit(dispatch)
+                else:
+                    await self._runner.run(subscriber, dispatch)
         except FairstreamError as exc:
             self._fail(exc)
         finally:

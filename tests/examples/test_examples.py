@@ -121,6 +121,22 @@ async def test_batch_handler_counts_every_click_in_bounded_batches(
 
 
 @pytest.mark.broker
+async def test_key_ordered_keeps_each_customer_in_order(noida: Broker, group_id: str) -> None:
+    topic = f"orders-{uuid.uuid4().hex[:10]}"
+    await create_topic(noida.bootstrap, topic, 4)
+    for c in range(10):
+        orders = [(c % 4, b'{"n": %d}' % n) for n in range(1, 11)]
+        await produce(noida.bootstrap, topic, orders, key=b"c%d" % c)
+    env = _env(FAIRSTREAM_BOOTSTRAP=noida.bootstrap, FAIRSTREAM_GROUP_ID=group_id)
+    async with _fairstream_run("key_ordered:app", env=env | {"ORDERS_TOPIC": topic}) as app:
+        with anyio.fail_after(60):
+            events = await _events_until(app, lambda ev: len(_named(ev, "order_synced")) >= 100)
+    synced = _named(events, "order_synced")
+    for c in range(10):
+        assert [e["n"] for e in synced if e["customer"] == f"c{c}"] == list(range(1, 11))
+
+
+@pytest.mark.broker
 async def test_pydantic_model_validates_and_dead_letters_what_does_not_fit(
     noida: Broker, group_id: str
 ) -> None:

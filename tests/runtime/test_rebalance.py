@@ -25,7 +25,11 @@ async def test_second_member_joining_mid_stream_loses_nothing(
         app = backend.app(
             group_id=group_id,
             instance_id=backend.instance_id(name),
-            scheduler=SchedulerConfig(commit_interval=0.2, partition_quota=20, max_batch=60),
+            # One record at a time (not the default 64), so the stream lasts long
+            # enough for the second member to join mid-way.
+            scheduler=SchedulerConfig(
+                commit_interval=0.2, partition_quota=20, max_batch=60, concurrency=1
+            ),
         )
 
         @app.subscriber(topic)

@@ -108,3 +108,17 @@ def test_small_partitions_finish_within_their_rounds(backlog: int, small: int, q
         scheduler.release(dispatch)
     rounds = -(-small // quota)
     assert backlog_served <= rounds * quota
+
+
+def test_a_single_lane_dispatches_one_partition_at_a_time_up_to_its_limit() -> None:
+    scheduler = _scheduler(quota=10, max_batch=1_000, partitions=3)
+    scheduler.configure_lane(0, single=True, limit=2)
+    for p in range(3):
+        scheduler.push(("t", p), list(range(5)), nbytes=5)
+    first, second = scheduler.next_dispatch(), scheduler.next_dispatch()
+    assert first is not None and second is not None
+    assert [[s.tp for s in d.slices] for d in (first, second)] == [[("t", 0)], [("t", 1)]]
+    assert scheduler.next_dispatch() is None, "a third dispatch passed the lane's limit"
+    scheduler.release(first)
+    third = scheduler.next_dispatch()
+    assert third is not None and [s.tp for s in third.slices] == [("t", 2)]

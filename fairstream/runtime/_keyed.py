@@ -1,0 +1,223 @@
+"""The keyed room: records of one subscriber run per key (``ordering="key"``/``"none"``).
+
+A worker takes a dispatch (one partition's slice, handed out round-robin with the
+per-partition quota, so KIP-387 fairness decides what is admitted) and *admits*
+its records here, in offset order. Each admitted record joins the chain of its
+key within its partition; a chain runs its records one after another, so a key
+waits only for its own earlier records, and different keys run side by side.
+With ``"none"`` every record is a chain of its own. Null keys share one chain per
+partition, so they keep partition order among themselves.
+
+Two bounds hold: at most ``concurrency`` handler calls run at once (a semaphore
+that a chain takes per record, so a key with a long run holds one slot, not
+all), and at most ``room`` records of a partition are admitted and unfinished,
+so a partition whose head is slow stops reading ahead (buffered memory stays
+bounded) while the others go on.
+
+Chains run in a task group per partition, opened when its first record is
+admitted and kept while the partition is owned (opening one per burst would cost
+more than a cheap handler). While it has chains it is *busy*: an
+:class:`InFlight` (its cancel scope, and an event set when the last chain ends)
+is what a revoke or a forced shutdown waits on or cancels, like a dispatch's. A
+revoke closes it once it is idle.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Collection, Hashable
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+
+from fairstream.errors import FairstreamError
+from fairstream.runtime._handling import DispatchRunner
+from fairstream.runtime._record import TP, Record
+from fairstream.runtime._scheduler import Dispatch
+from fairstream.runtime._subscriber import Subscriber
+
+__all__ = ["InFlight", "KeyedLane"]
+
+_YIELD_EVERY = 64
+"""Records a chain runs on one slot before it yields to the event loop and the slot."""
+
+
+@dataclass(slots=True, eq=False)
+class InFlight:
+    """Running work (a dispatch, or a partition's chains), to wait for or cancel."""
+
+    scope: anyio.CancelScope
+    done: anyio.Event = field(default_factory=anyio.Event)
+
+
+@dataclass(slots=True, eq=False)
+class _Partition:
+    """The chains of one partition, and the task group they run in."""
+
+    tp: TP
+    scope: anyio.CancelScope
+    busy: InFlight | None = None
+    chains: dict[Hashable, deque[Record[bytes]]] = field(default_factory=dict)
+    admitted: int = 0
+    tasks: anyio.abc.TaskGroup | None = None
+    room: anyio.Event = field(default_factory=anyio.Event)
+    stop: anyio.Event = field(default_factory=anyio.Event)
+    closing: bool = False
+    closed: bool = False
+
+
+class KeyedLane:
+    """One subscriber's records in flight out of partition order."""
+
+    def __init__(
+        self,
+        subscriber: Subscriber,
+        runner: DispatchRunner,
+        *,
+        room: int,
+        owned: Callable[[TP], bool],
+        fail: Callable[[FairstreamError], None],
+    ) -> None:
+        self._subscriber = subscriber
+        self._runner = runner
+        self._room = max(room, subscriber.concurrency)
+        self._owned = owned
+        self._fail = fail
+        self._slots = anyio.Semaphore(subscriber.concurrency)
+        self._by_key = subscriber.ordering == "key"
+        self._unique = itertools.count()
+        self._parts: dict[TP, _Partition] = {}
+        self._tasks: anyio.abc.TaskGroup | None = None
+
+    def start(self, tasks: anyio.abc.TaskGroup) -> None:
+        self._tasks = tasks
+
+    def running_on(self, tps: Collection[TP]) -> list[InFlight]:
+        """What is busy on ``tps`` (being revoked): those partitions close once idle."""
+        found = []
+        for tp, part in self._parts.items():
+            if tp in tps:
+                part.closing = True
+                if part.busy is not None:
+                    found.append(part.busy)
+                else:
+                    part.stop.set()
+        return found
+
+    def running(self) -> list[InFlight]:
+        return [part.busy for part in self._parts.values() if part.busy is not None]
+
+    async def admit(self, dispatch: Dispatch[Record[bytes]]) -> None:
+        """Admit the dispatch's records in order; waits while a partition has no room.
+
+        Records not admitted (the partition was revoked, or the app halts) stay
+        unfinished, so the watermark never passes them.
+        """
+        runner = self._runner
+        for piece in dispatch.slices:
+            tp = piece.tp
+            skip = runner.skip(tp)
+            if not piece.records:
+                continue
+            opened = runner.admitting(tp, piece.records[0].offset)
+            if opened is None:
+                return
+            for record in piece.records:
+                while True:
+                    if runner.halted or not self._owned(tp):
+                        return
+                    part = self._parts.get(tp)
+                    if part is None or part.closed:
+                        part = await self._open(tp)
+                    elif part.admitted >= self._room:
+                        await part.room.wait()
+                        continue
+                    break
+                opened.append(record.offset)
+                if skip and any(r.start <= record.offset < r.end for r in skip):
+                    runner.skipped(record)  # a previous owner finished it (offset map)
+                    continue
+                part.admitted += 1
+                key = record.key if self._by_key else next(self._unique)
+                chain = part.chains.get(key)
+                if chain is None:
+                    if part.busy is None:
+                        part.busy = InFlight(part.scope)
+                    part.chains[key] = deque((record,))
+                    assert part.tasks is not None
+                    part.tasks.start_soon(self._chain, part, key)
+                else:
+                    chain.append(record)
+
+    async def _open(self, tp: TP) -> _Partition:
+        assert self._tasks is not None, "KeyedLane.start was not called"
+        part = _Partition(tp, anyio.CancelScope())
+        self._parts[tp] = part
+        await self._tasks.start(self._serve, part)
+        return part
+
+    async def _serve(
+        self,
+        part: _Partition,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            with part.scope:
+                async with anyio.create_task_group() as tasks:
+                    part.tasks = tasks
+                    task_status.started()
+                    await part.stop.wait()
+        finally:
+            part.closed = True
+            if self._parts.get(part.tp) is part:
+                del self._parts[part.tp]
+            part.room.set()
+            if part.busy is not None:
+                part.busy.done.set()
+
+    async def _chain(self, part: _Partition, key: Hashable) -> None:
+        chain = part.chains[key]
+        runner, subscriber, slots = self._runner, self._subscriber, self._slots
+        tp = part.tp
+
+        def popped(count: int) -> None:
+            self._release(part, count)
+
+        try:
+            while chain and not runner.halted:
+                # A free slot is taken without a trip through the event loop; the
+                # chain then runs a few records on it at slice cost.
+                if slots.value:
+                    slots.acquire_nowait()
+                else:
+                    await slots.acquire()
+                try:
+                    await runner.run_chain(subscriber, tp, chain, _YIELD_EVERY, popped)
+                finally:
+                    slots.release()
+                # A handler that never suspends would keep the loop to itself: the
+                # fetcher and the other chains run between these runs.
+                await anyio.lowlevel.checkpoint()
+        except FairstreamError as exc:
+            self._fail(exc)
+        finally:
+            # Cut short (halt, cancel, stop policy): what is left stays unfinished.
+            del part.chains[key]
+            if chain:
+                self._release(part, len(chain))
+            if not part.chains and part.busy is not None:
+                part.busy.done.set()
+                part.busy = None
+                if part.closing:
+                    part.stop.set()
+
+    def _release(self, part: _Partition, count: int) -> None:
+        was_full = part.admitted >= self._room
+        part.admitted -= count
+        if was_full:
+            part.room.set()
+            part.room = anyio.Event()
