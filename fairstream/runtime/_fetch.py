@@ -144,8 +144,12 @@ class Fetcher:
         A queue at its target or above is *held* (``paused`` in the stats) until the
         scheduler drains it below, so a backlog partition that aiokafka lists first
         cannot take every pull. A pull brings at most what is left under
-        ``max_buffered_records``: aiokafka fills it from one partition after another,
-        so one big pull into a single queue costs less than many small ones.
+        ``max_buffered_records``, and no more than an even share of that room per
+        wanted partition (but at least a queue's target): aiokafka fills a pull from one
+        partition after another, so a pull as big as the room gave the first backlog
+        partition the whole buffer, and with a slow handler the others waited for that
+        one queue to drain. Big shares keep pulls few when the partitions are few. The
+        poll that joins the group knows no partition yet, so it brings one target.
         """
         scheduler = self._scheduler
         wanted = []
@@ -155,7 +159,11 @@ class Fetcher:
                 wanted.append(TopicPartition(*queue.tp))
         if not self._has_room():
             return [], 0
-        return wanted, self._config.max_buffered_records - scheduler.live_buffered
+        config = self._config
+        room = config.max_buffered_records - scheduler.live_buffered
+        if not wanted:  # the join poll: its records go to partitions not known yet
+            return wanted, min(room, config.queue_target_records)
+        return wanted, min(room, max(config.queue_target_records, room // len(wanted)))
 
     async def _rebuild_consumer(self, reason: str) -> bool:
         """Release every partition, then replace the consumer; ``False``: gave up (failed).

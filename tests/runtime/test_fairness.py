@@ -92,3 +92,36 @@ async def test_full_queue_pauses_its_partition_and_loses_nothing(
 
     assert paused_seen, "no partition was ever paused although its queue was full"
     assert seen == {(i % 2, i // 2) for i in range(total)}
+
+
+async def test_slow_handler_runs_every_backlog_partition_at_once(
+    backend: Backend, group_id: str
+) -> None:
+    """One pull must not fill the shared buffer from one partition.
+
+    aiokafka's ``getmany`` drains its partitions one after another, so a pull as big
+    as the whole buffer gave the first backlog partition all of it; with an I/O-bound
+    handler the other partitions then waited for that queue to drain, one record of
+    room at a time, and most of ``concurrency`` stood idle.
+    """
+    partitions, per_partition, watched = 4, 3_000, 200
+    topic = await backend.create_topic(partitions)
+    await backend.produce(topic, [(p, b"x" * 100) for p in range(partitions)] * per_partition)
+    app = backend.app(group_id=group_id)
+    order: list[int] = []
+    done = anyio.Event()
+
+    @app.subscriber(topic)
+    async def handle(record: Record[bytes]) -> None:
+        order.append(record.partition)
+        if len(order) == watched:
+            done.set()
+        await anyio.sleep(0.005)  # I/O-bound: the partitions' lanes should overlap
+
+    async with app:
+        with anyio.fail_after(60):
+            await done.wait()
+
+    shares = [order[:watched].count(p) for p in range(partitions)]
+    # Four lanes in parallel give each ~50 of the first 200; starved ones got ~0.
+    assert min(shares) >= watched // (4 * partitions), f"records per partition: {shares}"
