@@ -23,7 +23,7 @@ from aiokafka.errors import KafkaError
 from fairstream.config import SchedulerConfig
 from fairstream.errors import BrokerError, FairstreamError
 from fairstream.runtime._clients import KafkaClients, consumer_broken
-from fairstream.runtime._record import Record, as_records, record_bytes
+from fairstream.runtime._record import TP, Record, as_records, record_bytes
 from fairstream.runtime._scheduler import Dispatch, FairScheduler, PartitionQueue
 
 __all__ = ["Fetcher"]
@@ -67,6 +67,9 @@ class Fetcher:
         self._pull = anyio.CancelScope()
         self._stopping = False
         self._rebuilds = 0
+        self._wanted_tps: list[TopicPartition] = []
+        self._wanted_version = -1  # the scheduler's version the list was built for
+        self._topic_partitions: dict[TP, TopicPartition] = {}
         self.rebuilt = 0
         """Consumers rebuilt since the app started (for ``app.stats()``)."""
 
@@ -110,21 +113,28 @@ class Fetcher:
                 key = (tp.topic, tp.partition)
                 if key in scheduler.queues and fetched:
                     records = as_records(fetched)
-                    scheduler.push(key, records, record_bytes(records))
+                    queue = scheduler.push(key, records, record_bytes(records))
+                    if not queue.paused and self._held(queue):
+                        queue.paused = True
+                        self._wanted_version = -1
             if batches:
                 self._wake()
 
     def taken(self, dispatch: Dispatch[Record[bytes]]) -> None:
         """A worker took ``dispatch``: restart the pull if that made room in a held queue."""
         # A shadow's queue is filled by its own reader, which waits for room itself.
+        let_go = False
         for piece in () if dispatch.replay else dispatch.slices:
             queue = self._scheduler.queues.get(piece.tp)
             if queue is not None and queue.paused and not self._held(queue):
-                if self._pulling:  # cancelling costs ~20 us, and the pull may be over
-                    self._pull.cancel()
-                self._room.set()
-                return
-        if self._has_room():
+                queue.paused = False
+                let_go = True
+        if let_go:
+            self._wanted_version = -1
+            if self._pulling:  # cancelling costs ~20 us, and the pull may be over
+                self._pull.cancel()
+            self._room.set()
+        elif self._has_room():
             self._room.set()
 
     async def _failed(self, exc: KafkaError) -> bool:
@@ -152,13 +162,20 @@ class Fetcher:
         poll that joins the group knows no partition yet, so it brings one target.
         """
         scheduler = self._scheduler
-        wanted = []
-        for queue in scheduler.queues.values():
-            queue.paused = self._held(queue)
-            if not queue.paused:
-                wanted.append(TopicPartition(*queue.tp))
         if not self._has_room():
             return [], 0
+        # Rebuilt only when a queue was added, revoked, held or let go: a walk over
+        # every owned partition per pull made pulls cost more as partitions grew.
+        if self._wanted_version != scheduler.version:
+            self._wanted_version = scheduler.version
+            if len(self._topic_partitions) > 2 * len(scheduler.queues) + 64:
+                self._topic_partitions.clear()  # forget partitions revoked long ago
+            self._wanted_tps = [
+                self._topic_partition(queue.tp)
+                for queue in scheduler.queues.values()
+                if not self._hold(queue)
+            ]
+        wanted = self._wanted_tps
         config = self._config
         room = config.max_buffered_records - scheduler.live_buffered
         if not wanted:  # the join poll: its records go to partitions not known yet
@@ -194,6 +211,17 @@ class Fetcher:
             )
         )
         return False
+
+    def _topic_partition(self, tp: TP) -> TopicPartition:
+        """aiokafka's name for ``tp``, made once: a namedtuple costs ~1 us to build."""
+        named = self._topic_partitions.get(tp)
+        if named is None:
+            named = self._topic_partitions[tp] = TopicPartition(*tp)
+        return named
+
+    def _hold(self, queue: PartitionQueue[Record[bytes]]) -> bool:
+        queue.paused = self._held(queue)
+        return queue.paused
 
     def _held(self, queue: PartitionQueue[Record[bytes]]) -> bool:
         config = self._config

@@ -141,6 +141,8 @@ class FairScheduler(Generic[R]):
         self.buffered_bytes = 0
         self.replay_buffered = 0
         """Of ``buffered``, the records in shadow queues."""
+        self.version = 0
+        """Counts changes to the set of live queues, so a reader may cache what it derives."""
 
     @property
     def live_buffered(self) -> int:
@@ -164,6 +166,7 @@ class FairScheduler(Generic[R]):
         queue = table.get(tp)
         if queue is None:
             queue = table[tp] = PartitionQueue(tp, lane, replay)
+            self.version += 1
             if (lane, replay) not in self._rings:
                 self._rings[lane, replay] = deque()
                 self._lanes.append((lane, replay))
@@ -254,6 +257,7 @@ class FairScheduler(Generic[R]):
                 if queue is None:
                     continue
                 queue.revoked = True
+                self.version += 1
                 self.buffered -= queue.count
                 self.buffered_bytes -= queue.nbytes
                 if queue.replay:
