@@ -67,8 +67,10 @@ class Fetcher:
         self._pull = anyio.CancelScope()
         self._stopping = False
         self._rebuilds = 0
-        self._wanted_tps: list[TopicPartition] = []
-        self._wanted_version = -1  # the scheduler's version the list was built for
+        self._unheld: dict[TP, TopicPartition] = {}
+        """The live queues not held, kept as they change: walking all of them per
+        pull cost 30% of the app's time at 2,048 partitions."""
+        self._unheld_version = -1  # the scheduler's version it was built for
         self._topic_partitions: dict[TP, TopicPartition] = {}
         self.rebuilt = 0
         """Consumers rebuilt since the app started (for ``app.stats()``)."""
@@ -116,7 +118,7 @@ class Fetcher:
                     queue = scheduler.push(key, records, record_bytes(records))
                     if not queue.paused and self._held(queue):
                         queue.paused = True
-                        self._wanted_version = -1
+                        self._unheld.pop(key, None)
             if batches:
                 self._wake()
 
@@ -128,9 +130,9 @@ class Fetcher:
             queue = self._scheduler.queues.get(piece.tp)
             if queue is not None and queue.paused and not self._held(queue):
                 queue.paused = False
+                self._unheld[queue.tp] = self._topic_partition(queue.tp)
                 let_go = True
         if let_go:
-            self._wanted_version = -1
             if self._pulling:  # cancelling costs ~20 us, and the pull may be over
                 self._pull.cancel()
             self._room.set()
@@ -164,18 +166,16 @@ class Fetcher:
         scheduler = self._scheduler
         if not self._has_room():
             return [], 0
-        # Rebuilt only when a queue was added, revoked, held or let go: a walk over
-        # every owned partition per pull made pulls cost more as partitions grew.
-        if self._wanted_version != scheduler.version:
-            self._wanted_version = scheduler.version
+        if self._unheld_version != scheduler.version:  # a queue was added or revoked
+            self._unheld_version = scheduler.version
             if len(self._topic_partitions) > 2 * len(scheduler.queues) + 64:
                 self._topic_partitions.clear()  # forget partitions revoked long ago
-            self._wanted_tps = [
-                self._topic_partition(queue.tp)
+            self._unheld = {
+                queue.tp: self._topic_partition(queue.tp)
                 for queue in scheduler.queues.values()
                 if not self._hold(queue)
-            ]
-        wanted = self._wanted_tps
+            }
+        wanted = list(self._unheld.values())
         config = self._config
         room = config.max_buffered_records - scheduler.live_buffered
         if not wanted:  # the join poll: its records go to partitions not known yet
