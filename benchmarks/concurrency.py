@@ -185,12 +185,30 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=int, default=20_000)
-    parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--keys", type=int, default=200)
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[4, 64, 256, 1024])
+    parser.add_argument(
+        "--records", type=int, default=20_000, help="records in the topic (default: 20,000)"
+    )
+    parser.add_argument(
+        "--partitions", type=int, default=4, help="partitions of the topic (default: 4)"
+    )
+    parser.add_argument(
+        "--keys",
+        type=int,
+        default=200,
+        help="distinct record keys, spread over the partitions (default: 200)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        nargs="+",
+        default=[4, 64, 256, 1024],
+        help="fairstream's concurrency for each ordering; FastStream's max_workers "
+        "is fixed at 64 (default: 4 64 256 1024)",
+    )
     parser.add_argument("--seconds", type=float, default=4.0, help="stop a way after this long")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="runs of every way, min/median/max (default: 3)"
+    )
     parser.add_argument("--only", nargs="*", help="run only the ways whose name holds one of these")
     add_bootstrap_option(parser)
     asyncio.run(main(parser.parse_args()))

@@ -441,13 +441,25 @@ def print_table(samples: list[Sample]) -> None:
 
 
 async def bench(args: argparse.Namespace, bootstrap: str, warnings: WarningCounter) -> None:
+    """One table per partition count, each over a topic of its own."""
+    for partitions in args.partitions:
+        await bench_topic(args, partitions, bootstrap, warnings)
+
+
+async def bench_topic(
+    args: argparse.Namespace, partitions: int, bootstrap: str, warnings: WarningCounter
+) -> None:
     topic = f"bench-throughput-{uuid.uuid4().hex[:8]}"
     began = time.perf_counter()
-    ends = await produce(bootstrap, topic, args.partitions, args.records, args.value_bytes)
+    ends = await produce(bootstrap, topic, partitions, args.records, args.value_bytes)
     produced = sum(ends.values())
     if produced != args.records:
         raise SystemExit(f"the topic holds {produced:,} records, expected {args.records:,}")
-    print(f"produced {produced:,} records in {time.perf_counter() - began:.1f} s", flush=True)
+    print(
+        f"\n{partitions} partitions: produced {produced:,} records "
+        f"in {time.perf_counter() - began:.1f} s",
+        flush=True,
+    )
     samples = []
     for repeat in range(1, args.repeat + 1):
         for key in args.ways:
@@ -479,7 +491,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--records", type=int, default=1_000_000, help="records to produce and consume"
     )
-    parser.add_argument("--partitions", type=int, default=16, help="partitions of the topic")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        nargs="+",
+        default=[16],
+        help="partitions of the topic; several counts make a sweep, a table each",
+    )
     parser.add_argument("--value-bytes", type=int, default=100, help="size of each record value")
     parser.add_argument(
         "--repeat", type=int, default=3, help="runs of every way (min/median/max over them)"
@@ -510,7 +528,7 @@ def parse_args() -> argparse.Namespace:
     )
     add_bootstrap_option(parser)
     args = parser.parse_args()
-    if min(args.records, args.partitions, args.repeat, args.faststream_records) <= 0:
+    if min(args.records, *args.partitions, args.repeat, args.faststream_records) <= 0:
         parser.error("--records, --partitions, --repeat and --faststream-records must be > 0")
     return args
 
