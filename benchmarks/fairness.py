@@ -442,6 +442,11 @@ def print_table(results: list[Result]) -> None:
             "fairstream live p99 / raw aiokafka live p99, paired per repeat "
             f"(min / median / max): {spread(paired, '.3f')} (goal <= 0.1)"
         )
+        drains = [f.backlog_rate / r.backlog_rate for r, f in zip(raw, fair, strict=True)]
+        print(
+            "fairstream backlog records/s / raw aiokafka's, paired per repeat "
+            f"(min / median / max): {spread(drains, '.2f')} (goal >= 0.95)"
+        )
 
 
 async def bench(args: argparse.Namespace, bootstrap: str) -> None:
