@@ -4,15 +4,21 @@ the lag reading handed over before a join, and the fair fallback with its reason
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 from aiokafka.cluster import ClusterMetadata
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.coordinator.protocol import (
     ConsumerProtocol,
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
 from aiokafka.protocol.metadata import MetadataResponse_v0
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from fairstream import App
@@ -245,3 +251,35 @@ def test_restarted_consumer_joins_with_new_metadata_every_leader_ignores() -> No
     assert not [e for e in logs if e["log_level"] == "warning"]
     assert other.last_plan is not None and other.last_plan.previous is None
     assert sum(len(ps) for r in result.values() for ps in r.values()) == 6
+
+
+_TOPICS = ("a", "b", "c")
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    strategy=st.sampled_from(["range", "roundrobin"]),
+    counts=st.tuples(*(st.integers(1, 7) for _ in _TOPICS)),
+    members=st.dictionaries(
+        st.from_regex(r"(consumer|aiokafka|rdkafka)-[0-9]{1,2}-[a-f0-9]{2}", fullmatch=True),
+        st.sets(st.sampled_from(_TOPICS), min_size=1),
+        min_size=1,
+        max_size=6,
+    ),
+)
+def test_kafka_named_strategies_plan_what_aiokafkas_own_assignors_plan(
+    strategy: str, counts: tuple[int, ...], members: dict[str, set[str]]
+) -> None:
+    """Whoever leads a mixed group under range or roundrobin, the plan is the same."""
+    partitions = dict(zip(_TOPICS, counts, strict=True))
+    metadata = {
+        m: ConsumerProtocolMemberMetadata(0, sorted(topics), b"") for m, topics in members.items()
+    }
+    theirs = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}[strategy]
+    ours = make_assignor(strategy)
+
+    def plain(result: Mapping[str, ConsumerProtocolMemberAssignment]) -> dict[str, Any]:
+        return {m: {t: sorted(ps) for t, ps in a.assignment if ps} for m, a in result.items()}
+
+    expected = plain(theirs.assign(cluster(partitions), metadata))
+    assert plain(ours.assign(cluster(partitions), metadata)) == expected
