@@ -37,7 +37,9 @@ def add_lag(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
             "Per partition of the group's topics: the committed offset, the end offset (a "
             "fetch's high watermark), the lag between them, and the KIP-333 shadow ranges "
             "left open in the commit metadata by parallel rebalance (records below the "
-            "committed offset still to be replayed)."
+            "committed offset still to be replayed). The title (JSON: protocol) names the "
+            "assignment protocol the group runs, e.g. roundrobin while other clients' "
+            "consumers share it."
         ),
     )
     add_bootstrap(parser)
@@ -62,11 +64,13 @@ def _run_lag(args: argparse.Namespace) -> int:
             "--bootstrap", None, "no cluster given", "pass --bootstrap or set FAIRSTREAM_BOOTSTRAP"
         )
     topics = sorted({t.strip() for t in (args.topics or "").split(",") if t.strip()})
-    rows = anyio.run(_read_lag, check_bootstrap(args.bootstrap), args.group, topics)
+    protocol, rows = anyio.run(_read_lag, check_bootstrap(args.bootstrap), args.group, topics)
     if args.format == "json":
-        print(json.dumps({"group": args.group, "partitions": rows}))
+        print(json.dumps({"group": args.group, "protocol": protocol, "partitions": rows}))
         return 0
-    table = _table(f"group {args.group}: lag per partition", "topic")
+    # The protocol the group runs: during a migration, the one all its clients share.
+    running = f", protocol {protocol}" if protocol else ", no members"
+    table = _table(f"group {args.group}: lag per partition{running}", "topic")
     for column in ("partition", "committed", "end", "lag", "shadow records"):
         table.add_column(column, justify="right")
     table.add_column("shadow ranges")
@@ -88,7 +92,10 @@ def _run_lag(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _read_lag(bootstrap: str, group_id: str, topics: list[str]) -> list[dict[str, Any]]:
+async def _read_lag(
+    bootstrap: str, group_id: str, topics: list[str]
+) -> tuple[str | None, list[dict[str, Any]]]:
+    """The protocol the group runs (``None`` without members) and one row per partition."""
     from aiokafka import TopicPartition
 
     from fairstream import BrokerAdmin
@@ -138,7 +145,7 @@ async def _read_lag(bootstrap: str, group_id: str, topics: list[str]) -> list[di
                 "shadow_records": sum(map(len, shadow)),
             }
         )
-    return rows
+    return group.protocol or None, rows
 
 
 # --- plan ---------------------------------------------------------------------------

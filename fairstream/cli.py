@@ -107,9 +107,10 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     parser.add_argument(
         "--assignor",
-        metavar="{range,roundrobin,sticky,fair,lag}",
+        metavar="S[,S...]",
         default=None,
-        help="assignment strategy instead of the App's assignor "
+        help="assignment strategy instead of the App's assignor: range, roundrobin, "
+        "sticky, fair or lag, or several best first, e.g. lag,roundrobin,range "
         "(default: $FAIRSTREAM_ASSIGNOR, else the App's)",
     )
     parser.add_argument(
@@ -152,17 +153,15 @@ def _override_app(app: App, args: argparse.Namespace) -> None:
 
     Like --bootstrap, so one app file runs as different groups per environment.
     """
-    from fairstream.assign import resolve
+    from fairstream.assign import strategy_names
 
     group_id = args.group_id or args.env.get("group_id")
     if group_id:
         app.group_id = group_id
     if args.assignor:
-        app.assignor = args.assignor
-        resolve(args.assignor, field="--assignor")
+        app.assignor = strategy_names(args.assignor, field="--assignor")
     elif "assignor" in args.env:
-        app.assignor = args.env["assignor"]
-        resolve(app.assignor, field="FAIRSTREAM_ASSIGNOR")
+        app.assignor = strategy_names(args.env["assignor"], field="FAIRSTREAM_ASSIGNOR")
 
 
 async def _run_with_status(app: App, host: str, port: int) -> None:

@@ -10,7 +10,7 @@ module (``range``, ``roundrobin``, ``sticky``, ``fair``, ``lag``) has one
 from fairstream.assign.inputs import parse_document, read_document
 from fairstream.assign.model import Assignment, Assignor, GroupSnapshot, PlanStats, TopicPartition
 from fairstream.assign.quality import count_spread, lag_lower_bound, member_lags, moved, stats
-from fairstream.assign.strategies import STRATEGIES, plan, resolve
+from fairstream.assign.strategies import STRATEGIES, plan, resolve, strategy_names
 
 __all__ = [
     "STRATEGIES",
@@ -28,4 +28,5 @@ __all__ = [
     "read_document",
     "resolve",
     "stats",
+    "strategy_names",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from fairstream.assign.fair import plan as fair_plan
@@ -13,7 +13,7 @@ from fairstream.assign.roundrobin import plan as roundrobin_plan
 from fairstream.assign.sticky import plan as sticky_plan
 from fairstream.errors import ConfigError
 
-__all__ = ["STRATEGIES", "plan", "resolve"]
+__all__ = ["STRATEGIES", "plan", "resolve", "strategy_names"]
 
 STRATEGIES: Mapping[str, Assignor] = MappingProxyType(
     {
@@ -42,6 +42,42 @@ def resolve(strategy: str, *, field: str = "strategy") -> Assignor:
             f"choose one of {', '.join(STRATEGIES)}",
         )
     return assignor
+
+
+def strategy_names(value: str | Sequence[str], *, field: str = "assignor") -> tuple[str, ...]:
+    """Strategy names in order of preference, from one name, a comma list or a sequence.
+
+    Kafka's ``partition.assignment.strategy`` is such a list: a group runs the first
+    protocol every member offers, so old and new members can share it during a roll.
+    ``"lag,roundrobin"`` (the form of an environment variable or a command-line
+    option) and ``["lag", "roundrobin"]`` are the same list.
+
+    :raises ConfigError: not a name or a sequence of names, no name at all, an
+        unknown name, or a name listed twice; ``field`` names the setting.
+    """
+    names = [n for n in value.split(",") if n.strip()] if isinstance(value, str) else value
+    if not isinstance(names, Sequence) or not all(isinstance(n, str) for n in names):
+        raise ConfigError(
+            field,
+            value,
+            "must be a strategy name or a list of them",
+            "e.g. 'lag' or ['lag', 'roundrobin', 'range']",
+        )
+    strategies = tuple(name.strip() for name in names)
+    if not any(strategies):
+        raise ConfigError(
+            field,
+            value,
+            "names no assignment strategy",
+            f"give one or more of {', '.join(STRATEGIES)}, in order of preference",
+        )
+    for index, name in enumerate(strategies):
+        resolve(name, field=field)
+        if name in strategies[:index]:
+            raise ConfigError(
+                field, value, f"names {name!r} twice", "list each strategy once, best first"
+            )
+    return strategies
 
 
 def plan(strategy: str, snapshot: GroupSnapshot, previous: Assignment | None = None) -> Assignment:

@@ -15,7 +15,7 @@ import anyio
 import anyio.abc
 import structlog
 
-from fairstream.assign import resolve
+from fairstream.assign import strategy_names
 from fairstream.config import (
     ConsumerConfig,
     DeadLetterPolicy,
@@ -92,7 +92,12 @@ class App:
     arrives with a backlog, and replays the backlog beside them with
     ``record.replay`` set (README, "Parallel rebalance").
 
-    :raises ConfigError: for an unknown assignor, a bad threshold, a missing bootstrap.
+    ``assignor`` is a strategy name or several, best first:
+    ``assignor=["lag", "roundrobin", "range"]`` joins a group of other clients'
+    consumers under the protocol they share (README, "Migrating an existing group").
+
+    :raises ConfigError: for an unknown, repeated or missing assignor, a bad threshold,
+        a missing bootstrap.
     """
 
     def __init__(
@@ -100,7 +105,7 @@ class App:
         *,
         group_id: str,
         bootstrap: str | None = None,
-        assignor: str = "fair",
+        assignor: str | Sequence[str] = "fair",
         consumer: ConsumerConfig | None = None,
         scheduler: SchedulerConfig | None = None,
         retry: RetryPolicy | None = None,
@@ -121,7 +126,7 @@ class App:
         self.parallel_rebalance = _parallel_rebalance(parallel_rebalance, ack)
         self.group_id = group_id
         self.assignor = assignor
-        resolve(assignor, field="assignor")  # fail here, not at the first join
+        strategy_names(assignor, field="assignor")  # fail here, not at the first join
         self.consumer_config = consumer or ConsumerConfig()
         self.scheduler_config = scheduler or SchedulerConfig()
         self.retry = retry or RetryPolicy()
@@ -444,8 +449,9 @@ class App:
                 buffered_bytes=0,
                 partitions=(),
             )
-        member = self._clients.member_id if self._clients else None
-        return self._engine.stats(member)
+        if self._clients is None:
+            return self._engine.stats(None)
+        return self._engine.stats(self._clients.member_id, self._clients.protocol)
 
     def metrics_text(self) -> str:
         """:meth:`stats` in the Prometheus text format, for a ``/metrics`` endpoint."""

@@ -16,6 +16,14 @@ logs ``lag_snapshot_unusable`` with a ``reason``.
 
 Each member also reports the partitions it owns in its join metadata, so the
 leader can hand the planners a previous assignment whoever led last time.
+
+A member may offer several strategies, best first (Kafka's
+``partition.assignment.strategy`` list): the coordinator picks a protocol every
+member offers, so fairstream members can join a group of plain aiokafka,
+librdkafka or Java consumers and take it over once the last of those leaves.
+``range`` and ``roundrobin`` are offered under Kafka's own protocol names for that;
+the metadata is the standard consumer protocol's (version 0: the subscription,
+and fairstream's owned partitions only in the user data), which those clients read.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from __future__ import annotations
 import inspect
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, final
 
@@ -36,16 +44,37 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 
-from fairstream.assign import STRATEGIES, Assignment, GroupSnapshot, resolve
+from fairstream.assign import STRATEGIES, Assignment, GroupSnapshot, strategy_names
 from fairstream.config import SecurityConfig
 from fairstream.errors import BrokerError, ConfigError
 from fairstream.runtime._admin import AutoOffsetReset, BrokerAdmin
 
-__all__ = ["LagReading", "PlanRecord", "PlanningAssignor", "make_assignor"]
+__all__ = [
+    "LagReading",
+    "PlanRecord",
+    "PlanningAssignor",
+    "StrategyOffer",
+    "make_assignor",
+    "protocol_name",
+]
 
 log = structlog.get_logger(__name__)
 
 _FALLBACK = "fair"
+
+_KAFKA_NAMED = frozenset({"range", "roundrobin"})
+"""Strategies every Kafka client has under these protocol names, assigning alike
+(``tests/assign/test_kafka_rules.py``), so a mixed group can agree on them."""
+
+
+def protocol_name(strategy: str) -> str:
+    """The JoinGroup protocol name of a strategy: Kafka's own, or ``fairstream-<name>``.
+
+    ``lag``, ``fair`` and ``sticky`` plan differently from anything another client
+    offers (Kafka's ``sticky`` keeps its own user data), so they keep our prefix.
+    """
+    return strategy if strategy in _KAFKA_NAMED else f"fairstream-{strategy}"
+
 
 _RESTARTS = ""
 """User-data key for how often this member's consumer was rebuilt. No topic can be
@@ -65,6 +94,7 @@ class PlanRecord:
     """What the leader planned last: its input and output, for logs and tests."""
 
     strategy: str
+    protocol: str
     snapshot: GroupSnapshot
     previous: Assignment | None
     assignment: Assignment
@@ -72,16 +102,19 @@ class PlanRecord:
 
 @final
 class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
-    """One fairstream strategy as an aiokafka ``partition_assignment_strategy`` entry.
+    """fairstream's strategies, best first, as aiokafka ``partition_assignment_strategy``.
 
-    Build it with :func:`make_assignor`; give every consumer its own instance.
+    The object itself is the entry for the first strategy; :attr:`protocols` holds
+    it and one :class:`StrategyOffer` per further strategy, all sharing this state
+    (owned partitions, lag reading). Build it with :func:`make_assignor`; give
+    every consumer its own instance.
     """
 
     version = 0
 
     def __init__(
         self,
-        strategy: str,
+        strategy: str | Sequence[str],
         *,
         bootstrap: str | None = None,
         group_id: str | None = None,
@@ -90,15 +123,15 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         clock: Callable[[], float] = time.monotonic,
         security: SecurityConfig | None = None,
     ) -> None:
-        resolve(strategy)
-        if strategy == "lag" and (not bootstrap or not group_id):
+        self.strategies = strategy_names(strategy)
+        if "lag" in self.strategies and (not bootstrap or not group_id):
             raise ConfigError(
                 "assignor",
                 strategy,
                 "the lag strategy reads the group's lag from the cluster",
                 "pass bootstrap= and group_id= to make_assignor",
             )
-        self.strategy = strategy
+        self.strategy = self.strategies[0]
         self._bootstrap = bootstrap or ""
         self._group_id = group_id or ""
         self._reset: AutoOffsetReset = auto_offset_reset
@@ -111,11 +144,18 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self._restarts = 0
         self._group_topics: frozenset[str] = frozenset()
         self.last_plan: PlanRecord | None = None
+        self.protocol: str | None = None
+        """The protocol the group chose at this member's last assignment."""
+        self.protocols: tuple[AbstractPartitionAssignor, ...] = (
+            self,
+            *(StrategyOffer(self, s) for s in self.strategies[1:]),
+        )
+        """What to pass as ``partition_assignment_strategy``, in order of preference."""
 
     @property
     def name(self) -> str:
-        """The protocol name sent in JoinGroup; all members must offer the same one."""
-        return f"fairstream-{self.strategy}"
+        """The first strategy's protocol name in JoinGroup (see :func:`protocol_name`)."""
+        return protocol_name(self.strategy)
 
     # --- aiokafka's assignor interface (synchronous, no I/O) ---------------------
 
@@ -132,7 +172,18 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
         """Remember what we were given, to report it at the next join."""
+        self.assigned(self.name, assignment)
+
+    def assigned(self, protocol: str, assignment: ConsumerProtocolMemberAssignment) -> None:
+        """The group gave us ``assignment`` under ``protocol`` (whoever planned it)."""
         self._owned = {topic: sorted(ps) for topic, ps in assignment.assignment if ps}
+        self.protocol = protocol
+        log.info(
+            "group_protocol_chosen",
+            protocol=protocol,
+            preferred=self.name,
+            partitions=sum(len(ps) for _, ps in assignment.assignment),
+        )
 
     def consumer_restarted(self) -> None:
         """Own nothing, and make the next join's metadata differ from the last one's.
@@ -148,7 +199,20 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
     def assign(
         self, cluster: ClusterMetadata, members: Mapping[str, ConsumerProtocolMemberMetadata]
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
-        """Plan the group (leader only) from metadata and the last lag reading."""
+        """Plan the group (leader only) with the first strategy."""
+        return self.plan_group(self.strategy, cluster, members)
+
+    def plan_group(
+        self,
+        chosen: str,
+        cluster: ClusterMetadata,
+        members: Mapping[str, ConsumerProtocolMemberMetadata],
+    ) -> dict[str, ConsumerProtocolMemberAssignment]:
+        """Plan the group (leader only) with the strategy whose protocol the group chose.
+
+        Other clients' members report no owned partitions; the planners treat
+        their partitions as unowned.
+        """
         subscriptions = {m: frozenset(meta.subscription) for m, meta in members.items()}
         counts: dict[str, int] = {}
         for topic in sorted(set().union(*subscriptions.values())):
@@ -158,7 +222,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             else:
                 log.warning("topic_missing", topic=topic, reason="not_in_metadata")
         self._group_topics = frozenset(counts)
-        strategy, reason = self.strategy, ""
+        strategy, reason = chosen, ""
         lag: dict[str, tuple[int, ...]] = {}
         if strategy == "lag":
             lag, reason = self._lag_for(counts)
@@ -172,11 +236,17 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         )
         previous = _reported_owners(members, counts)
         result = STRATEGIES[strategy](snapshot, previous)
+        protocol = protocol_name(chosen)
         self.last_plan = PlanRecord(
-            strategy=strategy, snapshot=snapshot, previous=previous, assignment=result
+            strategy=strategy,
+            protocol=protocol,
+            snapshot=snapshot,
+            previous=previous,
+            assignment=result,
         )
         log.info(
             "assignment_planned",
+            protocol=protocol,
             strategy=strategy,
             members=len(members),
             partitions=sum(counts.values()),
@@ -209,7 +279,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         Await it before every join (the listener from :meth:`listener` does); a
         failure is logged and leaves the previous reading, which may then be stale.
         """
-        if self.strategy != "lag":
+        if "lag" not in self.strategies:
             return
         wanted = set(topics) | self._group_topics
         try:
@@ -243,7 +313,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
 
 
 def make_assignor(
-    strategy: str,
+    strategy: str | Sequence[str],
     *,
     bootstrap: str | None = None,
     group_id: str | None = None,
@@ -251,13 +321,16 @@ def make_assignor(
     max_lag_age_s: float = 30.0,
     security: SecurityConfig | None = None,
 ) -> PlanningAssignor:
-    """An adapter for ``partition_assignment_strategy=[...]``; one per consumer.
+    """An adapter for ``partition_assignment_strategy=assignor.protocols``; one per consumer.
 
-    ``lag`` needs ``bootstrap`` and ``group_id`` to read lags; pass
+    ``strategy`` is one name or several, best first (``["lag", "roundrobin",
+    "range"]``, or ``"lag,roundrobin,range"``); with one name the adapter itself
+    is the only entry. ``lag`` needs ``bootstrap`` and ``group_id`` to read lags; pass
     ``assignor.listener(consumer)`` (or await ``assignor.refresh_lag(topics)`` in
     your own ``on_partitions_revoked``) so a fresh reading exists at each join.
 
-    :raises ConfigError: unknown strategy, or ``lag`` without bootstrap/group_id.
+    :raises ConfigError: an unknown, repeated or missing strategy name, or ``lag``
+        without bootstrap/group_id.
     """
     return PlanningAssignor(
         strategy,
@@ -267,6 +340,36 @@ def make_assignor(
         max_lag_age_s=max_lag_age_s,
         security=security,
     )
+
+
+@final
+class StrategyOffer(AbstractPartitionAssignor):  # type: ignore[misc]
+    """A further strategy of a :class:`PlanningAssignor`, as its own protocol entry.
+
+    aiokafka asks the entry whose name the group chose to plan (on the leader)
+    and to take the assignment (on every member); both go to the shared planner.
+    """
+
+    version = 0
+
+    def __init__(self, planner: PlanningAssignor, strategy: str) -> None:
+        self._planner = planner
+        self.strategy = strategy
+
+    @property
+    def name(self) -> str:
+        return protocol_name(self.strategy)
+
+    def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
+        return self._planner.metadata(topics)
+
+    def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
+        self._planner.assigned(self.name, assignment)
+
+    def assign(
+        self, cluster: ClusterMetadata, members: Mapping[str, ConsumerProtocolMemberMetadata]
+    ) -> dict[str, ConsumerProtocolMemberAssignment]:
+        return self._planner.plan_group(self.strategy, cluster, members)
 
 
 @final

@@ -32,6 +32,7 @@ from fairstream.runtime._admin import BrokerAdmin
 from fairstream.runtime._assignors import PlanningAssignor
 from fairstream.runtime._dead_letter import dead_letter_copies
 from fairstream.runtime._direct_records import build_records_directly
+from fairstream.runtime._join import offer_all_at_once
 from fairstream.runtime._record import TP, Headers, Record, as_records
 from fairstream.runtime._subscriber import Subscriber
 
@@ -70,6 +71,11 @@ class KafkaClients(Protocol):
     def consumer(self) -> ConsumerPort: ...
     @property
     def member_id(self) -> str | None: ...
+    @property
+    def protocol(self) -> str | None:
+        """The protocol the group chose at the last assignment; ``None`` before one."""
+        ...
+
     async def start(self, topics: Sequence[str], listener: ConsumerRebalanceListener) -> None: ...
     async def restart_consumer(self) -> None:
         """Replace the consumer with a new one, subscribed as :meth:`start` left it.
@@ -208,7 +214,7 @@ class AIOKafkaClients:
             fetch_max_bytes=config.fetch_max_bytes,
             max_partition_fetch_bytes=config.max_partition_fetch_bytes,
             metadata_max_age_ms=config.metadata_max_age_ms,
-            partition_assignment_strategy=(self._assignor,),
+            partition_assignment_strategy=self._assignor.protocols,
         )
 
     @property
@@ -220,6 +226,10 @@ class AIOKafkaClients:
         coordinator = getattr(self._consumer, "_coordinator", None)
         member = getattr(coordinator, "member_id", None)
         return member if isinstance(member, str) and member else None
+
+    @property
+    def protocol(self) -> str | None:
+        return self._assignor.protocol
 
     async def _start(self, client: Any, what: str) -> None:
         try:
@@ -246,6 +256,7 @@ class AIOKafkaClients:
         await self._start(self._producer, "producer")
         await self._start(self._consumer, "consumer")
         build_records_directly(self._consumer)
+        offer_all_at_once(self._consumer)
         existing = await self._consumer.topics()
         missing = sorted(set(topics) - existing)
         if missing:
@@ -272,6 +283,7 @@ class AIOKafkaClients:
         try:
             await self._start(fresh, "consumer")
             build_records_directly(fresh)
+            offer_all_at_once(fresh)
         except BrokerError:
             with anyio.CancelScope(shield=True):
                 await _stop_quietly(fresh.stop)

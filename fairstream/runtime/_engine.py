@@ -342,7 +342,7 @@ class Engine:
 
     # --- introspection --------------------------------------------------------------
 
-    def stats(self, member_id: str | None) -> AppStats:
+    def stats(self, member_id: str | None, protocol: str | None = None) -> AppStats:
         consumer = self._clients.consumer
         recorder = self.stats_recorder
         partitions = []
@@ -362,6 +362,7 @@ class Engine:
         return AppStats(
             group_id=self.group_id,
             member_id=member_id,
+            protocol=protocol,
             state=self.state,
             buffered_records=self._scheduler.buffered,
             buffered_bytes=self._scheduler.buffered_bytes,

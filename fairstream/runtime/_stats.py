@@ -74,7 +74,10 @@ class AppStats:
     The totals count since the app was created, partitions it no longer owns included:
     handler ``retries``, records ``dead_letters`` (published to a dead-letter topic) and
     ``records_skipped`` (``on_error='skip'``), ``commits`` and ``commit_failures``,
-    ``rebalances`` (assignments received) and ``consumer_rebuilds``.
+    ``rebalances`` (assignments received) and ``consumer_rebuilds``. ``protocol`` is
+    the assignment protocol the group chose at the last assignment (``fairstream-lag``,
+    or ``roundrobin`` while members of other clients share the group; README,
+    "Migrating an existing group"), ``None`` before one and on the in-memory broker.
     """
 
     group_id: str
@@ -83,6 +86,7 @@ class AppStats:
     buffered_records: int
     buffered_bytes: int
     partitions: tuple[PartitionStats, ...]
+    protocol: str | None = None
     retries: int = 0
     dead_letters: int = 0
     records_skipped: int = 0

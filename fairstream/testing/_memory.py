@@ -290,6 +290,11 @@ class _MemoryClients:
     def member_id(self) -> str | None:
         return self._consumer.member_id
 
+    @property
+    def protocol(self) -> str | None:
+        """No group protocol: the in-memory broker plans ``fair`` itself."""
+        return None
+
     async def start(self, topics: Sequence[str], listener: ConsumerRebalanceListener) -> None:
         missing = sorted(set(topics) - self._broker.topics())
         if missing:

@@ -74,6 +74,7 @@ def test_json_shows_each_partition_with_its_shadow_ranges(
     assert (status, err) == (0, "")
     assert json.loads(out) == {
         "group": group,
+        "protocol": None,
         "partitions": [
             {
                 "topic": topic,

@@ -184,3 +184,27 @@ async def test_the_dead_letter_consumer_sees_the_failed_record(noida: Broker) ->
         "attempts": 2,
     }
     assert (received["source_partition"], received["source_offset"]) == (1, 1)
+
+
+@pytest.mark.broker
+async def test_migrate_group_hands_the_group_over_without_losing_a_record(
+    noida: Broker, group_id: str
+) -> None:
+    topic = f"payments-{uuid.uuid4().hex[:10]}"
+    await create_topic(noida.bootstrap, topic, 4)
+    # noida needs static members (README, "The embedded brokers and their quirks").
+    env = _env(
+        FAIRSTREAM_BOOTSTRAP=noida.bootstrap,
+        FAIRSTREAM_GROUP_ID=group_id,
+        FAIRSTREAM_INSTANCE_ID="payments-pod-0",
+    )
+    result = await anyio.run_process(
+        [sys.executable, "migrate_group.py"],
+        cwd=EXAMPLES,
+        env=env | {"PAYMENTS_TOPIC": topic},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    out = result.stdout.decode()
+    assert out.startswith("handled 400 of 400 records (old pod "), out
+    assert out.endswith("protocol while shared: roundrobin, after: fairstream-lag\n"), out

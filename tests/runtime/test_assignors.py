@@ -4,17 +4,25 @@ the lag reading handed over before a join, and the fair fallback with its reason
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 from aiokafka.cluster import ClusterMetadata
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.coordinator.protocol import (
+    ConsumerProtocol,
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
 from aiokafka.protocol.metadata import MetadataResponse_v0
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from fairstream.assign import GroupSnapshot, plan
+from fairstream import App
+from fairstream.assign import STRATEGIES, GroupSnapshot, plan, strategy_names
 from fairstream.errors import ConfigError
 from fairstream.runtime._assignors import PlanningAssignor, make_assignor
 
@@ -46,9 +54,83 @@ def lag_assignor(clock: list[float] | None = None) -> PlanningAssignor:
     )
 
 
-def test_each_strategy_has_its_own_protocol_name() -> None:
-    names = {make_assignor(s, bootstrap="h:1", group_id="g").name for s in ("fair", "lag")}
-    assert names == {"fairstream-fair", "fairstream-lag"}
+def test_kafkas_strategies_keep_kafkas_protocol_names_and_ours_our_prefix() -> None:
+    names = [make_assignor(s, bootstrap="h:1", group_id="g").name for s in STRATEGIES]
+    assert names == [
+        "range",
+        "roundrobin",
+        "fairstream-sticky",
+        "fairstream-fair",
+        "fairstream-lag",
+    ]
+
+
+def test_a_list_offers_every_strategy_in_order_with_one_shared_state() -> None:
+    assignor = make_assignor(["lag", "roundrobin", "range"], bootstrap="h:1", group_id="g")
+    assert [p.name for p in assignor.protocols] == ["fairstream-lag", "roundrobin", "range"]
+    assert assignor.protocols[0] is assignor
+    # The group chose roundrobin: the entry of that name takes the assignment ...
+    given = ConsumerProtocolMemberAssignment(0, [("a", [1])], b"")
+    with capture_logs() as logs:
+        assignor.protocols[1].on_assignment(given)
+    assert assignor.protocol == "roundrobin"
+    chosen = [e for e in logs if e["event"] == "group_protocol_chosen"]
+    assert chosen == [
+        {
+            "event": "group_protocol_chosen",
+            "log_level": "info",
+            "protocol": "roundrobin",
+            "preferred": "fairstream-lag",
+            "partitions": 1,
+        }
+    ]
+    # ... and every entry reports it at the next join, in the standard schema.
+    for entry in assignor.protocols:
+        raw = entry.metadata(["a"]).encode()
+        decoded = ConsumerProtocol.METADATA.decode(raw)
+        assert (decoded.version, decoded.subscription) == (0, ["a"])
+        assert json.loads(decoded.user_data) == {"a": [1]}
+
+
+@pytest.mark.parametrize("strategy", ["roundrobin", "range"])
+def test_the_leader_plans_with_the_strategy_the_group_chose(strategy: str) -> None:
+    members = {m: make_assignor(["fair", "roundrobin", "range"]) for m in ("m0", "m1")}
+    metadata = {m: a.metadata(["a", "b"]) for m, a in members.items()}
+    entry = next(p for p in members["m0"].protocols if p.name == strategy)
+    with capture_logs() as logs:
+        result = entry.assign(cluster({"a": 3, "b": 3}), metadata)
+    snapshot = GroupSnapshot(
+        members={m: frozenset({"a", "b"}) for m in members}, partitions={"a": 3, "b": 3}
+    )
+    actual = {m: {t: sorted(ps) for t, ps in r.assignment} for m, r in result.items()}
+    assert actual == plan(strategy, snapshot).to_json()
+    planned = [e for e in logs if e["event"] == "assignment_planned"]
+    assert [(e["protocol"], e["strategy"]) for e in planned] == [(strategy, strategy)]
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ([], "names no assignment strategy"),
+        ("", "names no assignment strategy"),
+        (["lag", "leastloaded"], "unknown assignment strategy"),
+        (["lag", "range", "lag"], "names 'lag' twice"),
+        (["lag", 3], "must be a strategy name or a list of them"),
+        (3, "must be a strategy name or a list of them"),
+    ],
+    ids=["empty-list", "empty-name", "unknown", "duplicate", "not-a-name", "not-a-list"],
+)
+def test_a_bad_strategy_list_is_a_config_error_naming_the_field(
+    value: object, problem: str
+) -> None:
+    with pytest.raises(ConfigError, match=problem) as raised:
+        App(group_id="g", bootstrap="h:1", assignor=value)  # type: ignore[arg-type]
+    assert raised.value.field == "assignor"
+
+
+def test_a_comma_list_is_the_same_list() -> None:
+    assert strategy_names("lag, roundrobin,range") == ("lag", "roundrobin", "range")
+    assert strategy_names(["lag"]) == strategy_names("lag") == ("lag",)
 
 
 def test_bad_factory_arguments_raise_config_error() -> None:
@@ -169,3 +251,35 @@ def test_restarted_consumer_joins_with_new_metadata_every_leader_ignores() -> No
     assert not [e for e in logs if e["log_level"] == "warning"]
     assert other.last_plan is not None and other.last_plan.previous is None
     assert sum(len(ps) for r in result.values() for ps in r.values()) == 6
+
+
+_TOPICS = ("a", "b", "c")
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    strategy=st.sampled_from(["range", "roundrobin"]),
+    counts=st.tuples(*(st.integers(1, 7) for _ in _TOPICS)),
+    members=st.dictionaries(
+        st.from_regex(r"(consumer|aiokafka|rdkafka)-[0-9]{1,2}-[a-f0-9]{2}", fullmatch=True),
+        st.sets(st.sampled_from(_TOPICS), min_size=1),
+        min_size=1,
+        max_size=6,
+    ),
+)
+def test_kafka_named_strategies_plan_what_aiokafkas_own_assignors_plan(
+    strategy: str, counts: tuple[int, ...], members: dict[str, set[str]]
+) -> None:
+    """Whoever leads a mixed group under range or roundrobin, the plan is the same."""
+    partitions = dict(zip(_TOPICS, counts, strict=True))
+    metadata = {
+        m: ConsumerProtocolMemberMetadata(0, sorted(topics), b"") for m, topics in members.items()
+    }
+    theirs = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}[strategy]
+    ours = make_assignor(strategy)
+
+    def plain(result: Mapping[str, ConsumerProtocolMemberAssignment]) -> dict[str, Any]:
+        return {m: {t: sorted(ps) for t, ps in a.assignment if ps} for m, a in result.items()}
+
+    expected = plain(theirs.assign(cluster(partitions), metadata))
+    assert plain(ours.assign(cluster(partitions), metadata)) == expected
