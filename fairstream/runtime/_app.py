@@ -21,6 +21,7 @@ from fairstream.config import (
     DeadLetterPolicy,
     Ordering,
     ParallelRebalance,
+    ProducerConfig,
     RetryPolicy,
     SchedulerConfig,
     SecurityConfig,
@@ -102,6 +103,7 @@ class App:
         bootstrap: str | None = None,
         assignor: str = "fair",
         consumer: ConsumerConfig | None = None,
+        producer: ProducerConfig | None = None,
         scheduler: SchedulerConfig | None = None,
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
@@ -123,6 +125,7 @@ class App:
         self.assignor = assignor
         resolve(assignor, field="assignor")  # fail here, not at the first join
         self.consumer_config = consumer or ConsumerConfig()
+        self.producer_config = producer or ProducerConfig()
         self.scheduler_config = scheduler or SchedulerConfig()
         self.retry = retry or RetryPolicy()
         self.dead_letter = dead_letter or DeadLetterPolicy()
@@ -526,6 +529,7 @@ def _aiokafka_clients(app: App, subscribers: list[Subscriber]) -> KafkaClients:
         bootstrap=app.bootstrap,
         group_id=app.group_id,
         consumer_config=app.consumer_config,
+        producer_config=app.producer_config,
         security=app.security,
         assignor=make_assignor(
             app.assignor,

@@ -23,10 +23,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import (
     KafkaConnectionError,
     KafkaError,
+    KafkaTimeoutError,
     MessageSizeTooLargeError,
 )
 
-from fairstream.config import ConsumerConfig, SecurityConfig
+from fairstream.config import ConsumerConfig, ProducerConfig, SecurityConfig
 from fairstream.errors import BrokerError, ConfigError, describe
 from fairstream.runtime._admin import BrokerAdmin
 from fairstream.runtime._assignors import PlanningAssignor
@@ -171,6 +172,7 @@ class AIOKafkaClients:
         bootstrap: str,
         group_id: str,
         consumer_config: ConsumerConfig,
+        producer_config: ProducerConfig,
         security: SecurityConfig,
         assignor: PlanningAssignor,
         instance_id: str | None,
@@ -187,9 +189,8 @@ class AIOKafkaClients:
         self._config = consumer_config
         self._instance_id = instance_id
         self._consumer = self._group_consumer()
-        self._producer = AIOKafkaProducer(
-            **common, client_id=f"{consumer_config.client_id}-producer"
-        )
+        self._producer_config = producer_config
+        self._producer = self._new_producer(idempotent=True)
         self._admin = admin
         self._subscription: tuple[list[str], ConsumerRebalanceListener] | None = None
 
@@ -210,6 +211,39 @@ class AIOKafkaClients:
             metadata_max_age_ms=config.metadata_max_age_ms,
             partition_assignment_strategy=(self._assignor,),
         )
+
+    def _new_producer(self, *, idempotent: bool) -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            **self._common,
+            client_id=f"{self._config.client_id}-producer",
+            **self._producer_config.aiokafka_kwargs(idempotent=idempotent),
+        )
+
+    async def _start_producer(self) -> None:
+        """Start the producer; without idempotence where the broker gives no producer id.
+
+        An idempotent producer asks for a producer id when it starts (InitProducerId);
+        tansu answers that with an error, which would stop every app on it. The
+        broker answered, so it is up: a producer without idempotence is the best
+        there is, and the warning says so.
+        """
+        if not self._producer_config.enable_idempotence:
+            await self._start(self._producer, "producer")
+            return
+        try:
+            await self._producer.start()
+        except KafkaConnectionError:
+            await self._start(self._producer, "producer")  # raises the connection error
+        except KafkaError as exc:
+            await _stop_quietly(self._producer.stop)
+            log.warning(
+                "producer_idempotence_unavailable",
+                reason=f"the broker refused a producer id: {describe(exc)}; dead letters and "
+                "publish use a producer without idempotence (a retried send may be written "
+                "twice)",
+            )
+            self._producer = self._new_producer(idempotent=False)
+            await self._start(self._producer, "producer")
 
     @property
     def consumer(self) -> ConsumerPort:
@@ -243,7 +277,7 @@ class AIOKafkaClients:
 
     async def start(self, topics: Sequence[str], listener: ConsumerRebalanceListener) -> None:
         """Connect, check the topics exist, create missing dead-letter topics, subscribe."""
-        await self._start(self._producer, "producer")
+        await self._start_producer()
         await self._start(self._consumer, "consumer")
         build_records_directly(self._consumer)
         existing = await self._consumer.topics()
@@ -333,10 +367,11 @@ class AIOKafkaClients:
                     continue  # the next copy drops the largest part left
                 raise BrokerError(
                     f"dead-lettering {raw.topic}[{raw.partition}]@{raw.offset} to {topic!r} "
-                    f"failed: {describe(exc)}; the record stays uncommitted and "
-                    "will be retried",
+                    f"failed: {describe(exc)}; the record stays uncommitted",
                     bootstrap=self.bootstrap,
-                    retriable=bool(getattr(exc, "retriable", False)),
+                    # A send that timed out (the broker away) may succeed when retried.
+                    retriable=isinstance(exc, KafkaTimeoutError)
+                    or bool(getattr(exc, "retriable", False)),
                 ) from exc
             if copy.dropped:
                 log.warning(
@@ -406,9 +441,11 @@ class AIOKafkaClients:
         """Stop the consumer (leaving the group), flush the producer, close lag reads.
 
         Both are stopped even if their start failed: aiokafka needs stop() to release
-        what start() opened, or it warns about unclosed clients at exit.
+        what start() opened, or it warns about unclosed clients at exit. The consumer
+        goes first: stopping it cancels a rebalance listener still reading offsets
+        through the admin client, which would otherwise reopen it after its close.
         """
-        for close in (self._admin.aclose, self._consumer.stop, self._producer.stop):
+        for close in (self._consumer.stop, self._admin.aclose, self._producer.stop):
             await _stop_quietly(close)
         await self._assignor.aclose()
 

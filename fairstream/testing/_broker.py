@@ -126,7 +126,8 @@ class EmbeddedBroker:
     ``data_dir`` is a fresh temporary directory unless given; it is removed on
     :meth:`stop` only when the broker created it. :meth:`restart` stops the process
     and starts it again on the same port and data directory (noida keeps its log
-    there; tansu keeps data in memory only).
+    there; tansu keeps data in memory only). For an outage of some length,
+    :meth:`stop_process` stops it the same way and :meth:`start` brings it back.
     """
 
     def __init__(
@@ -233,6 +234,14 @@ class EmbeddedBroker:
         """Stop and start again on the same port and data directory."""
         self._terminate()
         self.start()
+
+    def stop_process(self) -> None:
+        """Stop the process (SIGTERM), keeping port and data: a broker outage.
+
+        Clients see their connections closed and refused until :meth:`start`.
+        """
+        self._terminate()
+        log.info("broker_process_stopped", engine=self.engine, bootstrap=self.bootstrap)
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()
