@@ -136,6 +136,13 @@ class ShadowClients(Protocol):
         """
         ...
 
+    async def log_start_offsets(self, tps: Collection[TP]) -> dict[TP, int]:
+        """The first offset retention kept, per partition.
+
+        :raises BrokerError: the query failed.
+        """
+        ...
+
     def seek(self, tp: TP, offset: int) -> None:
         """Move the group consumer's next fetch of ``tp`` (in the assign listener)."""
         ...
@@ -417,6 +424,11 @@ class AIOKafkaClients:
         await self._admin.start()
         found = await self._admin.offset_bounds(TopicPartition(*tp) for tp in tps)
         return {(tp.topic, tp.partition): bounds for tp, bounds in found.items()}
+
+    async def log_start_offsets(self, tps: Collection[TP]) -> dict[TP, int]:
+        await self._admin.start()
+        found = await self._admin.log_start_offsets(TopicPartition(*tp) for tp in tps)
+        return {(tp.topic, tp.partition): offset for tp, offset in found.items()}
 
     def seek(self, tp: TP, offset: int) -> None:
         self._consumer.seek(TopicPartition(*tp), offset)

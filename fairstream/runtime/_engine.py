@@ -369,6 +369,7 @@ class Engine:
             retries=recorder.retries,
             dead_letters=recorder.dead_letters,
             records_skipped=recorder.records_skipped,
+            records_skipped_by_retention=recorder.records_skipped_by_retention,
             commits=recorder.commits,
             commit_failures=recorder.commit_failures,
             rebalances=recorder.rebalances,

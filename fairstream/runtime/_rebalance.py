@@ -103,11 +103,13 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         """
         clients = self._shadow_clients
         plans: dict[TP, CatchUp] = {}
+        deleted: dict[TP, int] = {}
         partitions = [TopicPartition(*tp) for tp in sorted(tps)]
         if clients is not None and tps:
             self._clients.consumer.pause(*partitions)
             try:
                 plans = await self._plan_catch_ups(clients, tps)
+                deleted = await self._deleted_unread(clients, plans)
             except FairstreamError as exc:
                 self._fail(exc)
                 return
@@ -121,6 +123,11 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
                 self._offsets.assign(tp, committed=plan.committed, metadata=plan.metadata)
         if clients is not None and plans:
             await self._catch_up(clients, plans)
+            for tp, log_start in sorted(deleted.items()):
+                if plans[tp].jump is None:
+                    # Not left to aiokafka's reset: under "latest" it would skip to the end.
+                    clients.seek(tp, log_start)
+                    self._offsets.advance(tp, log_start)
             if self._reset == "latest":
                 await self._start_unseen(clients, plans)
             self._clients.consumer.resume(*partitions)
@@ -144,6 +151,36 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
             )
             for tp in tps
         }
+
+    async def _deleted_unread(
+        self, clients: ShadowClients, plans: dict[TP, CatchUp]
+    ) -> dict[TP, int]:
+        """The partitions whose committed offset retention deleted, with their log start.
+
+        The records between the two were deleted before the group read them: they
+        cannot be handled any more, and a consumer would pass over them in silence
+        (aiokafka resets an out-of-range position without a word). Each such gap is
+        one ``records_skipped_by_retention`` warning and counts in the stats; the
+        partition is then read from its log start.
+        """
+        committed = {tp: plan.committed for tp, plan in plans.items() if plan.committed is not None}
+        if not committed:
+            return {}
+        starts = await clients.log_start_offsets(committed.keys())
+        deleted = {tp: starts[tp] for tp, offset in committed.items() if offset < starts.get(tp, 0)}
+        for tp, log_start in sorted(deleted.items()):
+            offset = committed[tp]
+            self._stats.records_skipped_by_retention += log_start - offset
+            log.warning(
+                "records_skipped_by_retention",
+                topic=tp[0],
+                partition=tp[1],
+                skipped=[offset, log_start],
+                records=log_start - offset,
+                reason="retention deleted them before the group read them; reading on "
+                "from the log start",
+            )
+        return deleted
 
     async def _start_unseen(self, clients: ShadowClients, plans: dict[TP, CatchUp]) -> None:
         """Where ``auto_offset_reset="latest"`` would skip records that matter.
