@@ -270,6 +270,10 @@ class SchedulerConfig:
     above the committed offset, so a new owner skips them; ``offset_map=False``
     commits the plain watermark only (more records repeat after a crash).
 
+    ``shutdown_timeout`` bounds a stop: in-flight handlers get it less 1 s (a tenth
+    of it when that is less), and the final commit what is left of it, at most
+    ``revoke_timeout``; so a stop while the broker is away still ends on time.
+
     Small buffers are fast: records are decoded just ahead of their handler and
     die young, so the garbage collector never promotes and rescans them (raising
     ``max_buffered_records`` from 2,000 to 4,000 doubles its work, see

@@ -57,7 +57,7 @@ ClientsFactory = Callable[["App", list[Subscriber]], KafkaClients]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Health:
-    """``alive``: the engine runs; ``ready``: it has joined its group and consumes."""
+    """``alive``: the engine runs; ``ready``: it has joined its group and reaches the broker."""
 
     alive: bool
     ready: bool
@@ -455,11 +455,16 @@ class App:
         return prometheus_text(self.stats())
 
     def health(self) -> Health:
-        state = self._engine.state if self._engine else "created"
+        """``ready`` needs the group joined and the broker answering (asked every 2 s)."""
+        engine = self._engine
+        state = engine.state if engine else "created"
         member = self._clients.member_id if self._clients else None
         return Health(
             alive=state in ("starting", "running"),
-            ready=state == "running" and member is not None,
+            ready=state == "running"
+            and member is not None
+            and engine is not None
+            and engine.reachable,
             state=state,
         )
 

@@ -21,6 +21,8 @@ from fairstream import App, DeadLetterPolicy, ProducerConfig, Record, RetryPolic
 from fairstream.testing import EmbeddedBroker
 from tests.conftest import EXTERNAL
 from tests.kafka_helpers import committed, create_topic, produce, read_all
+from tests.reliability.checker import summary
+from tests.reliability.outage import broker_outage
 
 pytestmark = [
     pytest.mark.broker,
@@ -99,3 +101,36 @@ async def test_dead_letter_is_retried_through_an_outage_and_committed_after(
             assert app.health().alive
     assert retry["topic"] == topic
     assert sorted(json.loads(d.value)["n"] for d in dead) == list(range(records))  # type: ignore[attr-defined]
+
+
+async def test_consumer_survives_a_broker_outage_and_ready_follows_it(tmp_path: Path) -> None:
+    """The broker is away for 15 s mid-stream: the app keeps running, /ready answers
+    503 while it cannot reach the broker and 200 once it is back, nothing is lost."""
+    outage = await broker_outage(records=3_000, partitions=3, outage=15, workdir=tmp_path)
+    print(summary(outage.result))
+    assert outage.result.lost == 0, summary(outage.result)
+    assert (outage.ready_before, outage.ready_during, outage.ready_after) == (200, 503, 200)
+    assert outage.exit_code == 0, outage.stderr[-2000:]
+    assert "Traceback" not in outage.stderr
+
+
+async def test_sigterm_during_an_outage_exits_and_commits_nothing_unhandled(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM while the broker is away: exit code 0 (within shutdown_timeout plus the
+    time to start and close the process, bounded by the wait), and every offset below
+    the group's commit was handled; a second process then handles the rest."""
+    outage = await broker_outage(
+        records=3_000,
+        partitions=3,
+        outage=12,
+        workdir=tmp_path,
+        sigterm_during_outage=True,
+        shutdown_timeout=5,
+    )
+    print(summary(outage.result), f"exit after {outage.exit_seconds:.1f} s")
+    assert outage.exit_code == 0, outage.stderr[-2000:]
+    assert outage.unhandled_below_commit == {}
+    assert outage.result.lost == 0, summary(outage.result)
+    assert outage.last_exit_code == 0, outage.stderr[-2000:]
+    assert "Traceback" not in outage.stderr
