@@ -13,7 +13,7 @@ optional Protocol: clients without it (the in-memory kit, for now) consume plain
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol, runtime_checkable
 
@@ -29,7 +29,7 @@ from aiokafka.errors import (
 
 from fairstream.config import ConsumerConfig, ProducerConfig, SecurityConfig
 from fairstream.errors import BrokerError, ConfigError, describe
-from fairstream.runtime._admin import BrokerAdmin
+from fairstream.runtime._admin import BrokerAdmin, stop_quietly
 from fairstream.runtime._assignors import PlanningAssignor
 from fairstream.runtime._dead_letter import dead_letter_copies
 from fairstream.runtime._direct_records import build_records_directly
@@ -242,7 +242,7 @@ class AIOKafkaClients:
         except KafkaConnectionError:
             await self._start(self._producer, "producer")  # raises the connection error
         except KafkaError as exc:
-            await _stop_quietly(self._producer.stop)
+            await stop_quietly(self._producer.stop)
             log.warning(
                 "producer_idempotence_unavailable",
                 reason=f"the broker refused a producer id: {describe(exc)}; dead letters and "
@@ -315,12 +315,12 @@ class AIOKafkaClients:
             build_records_directly(fresh)
         except BrokerError:
             with anyio.CancelScope(shield=True):
-                await _stop_quietly(fresh.stop)
+                await stop_quietly(fresh.stop)
             raise
         old, self._consumer = self._consumer, fresh
         with anyio.CancelScope(shield=True):
             await _raise_once_more(old)
-            await _stop_quietly(old.stop)
+            await stop_quietly(old.stop)
         self._assignor.consumer_restarted()
         self._subscribe()
 
@@ -447,7 +447,7 @@ class AIOKafkaClients:
             yield _AIOKafkaShadowReader(consumer, TopicPartition(*tp), self)
         finally:
             with anyio.CancelScope(shield=True):
-                await consumer.stop()
+                await stop_quietly(consumer.stop)
 
     async def aclose(self) -> None:
         """Stop the consumer (leaving the group), flush the producer, close lag reads.
@@ -458,7 +458,7 @@ class AIOKafkaClients:
         through the admin client, which would otherwise reopen it after its close.
         """
         for close in (self._consumer.stop, self._admin.aclose, self._producer.stop):
-            await _stop_quietly(close)
+            await stop_quietly(close)
         await self._assignor.aclose()
 
 
@@ -472,14 +472,6 @@ async def _raise_once_more(consumer: AIOKafkaConsumer) -> None:
     """
     with contextlib.suppress(KafkaError):
         await consumer.getmany(timeout_ms=0)
-
-
-async def _stop_quietly(close: Callable[[], Awaitable[None]]) -> None:
-    """Stop a client; a broker error then is logged, as nothing is left to do about it."""
-    try:
-        await close()
-    except KafkaError as exc:
-        log.warning("client_stop_failed", reason=f"{describe(exc)}")
 
 
 _SHADOW_READ_RECORDS = 500

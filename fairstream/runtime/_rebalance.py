@@ -22,6 +22,7 @@ from fairstream.errors import FairstreamError
 from fairstream.runtime._clients import KafkaClients, ShadowClients
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._record import TP, Record
+from fairstream.runtime._retry import retry_broker
 from fairstream.runtime._scheduler import FairScheduler
 from fairstream.runtime._shadow import CatchUp, ShadowTasks, plan_catch_up
 from fairstream.runtime._stats import StatsRecorder
@@ -95,11 +96,12 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         """Read commits, decide on KIP-333 jumps, then queue the partitions.
 
         aiokafka fetches while it awaits this listener, so the partitions stay
-        paused until it is known where to read them from. It also logs and swallows
-        a listener's exceptions, so failures end here: if the commits cannot be
-        read, the partitions stay paused and unregistered (nothing of them is
-        handled or committed, so no open shadow range is overwritten) and the
-        app stops with the error.
+        paused until it is known where to read them from. Reading the commits and
+        offsets is retried with backoff while the error may pass (the broker away,
+        a coordinator moving: ``assignment_read_retry``); aiokafka logs and swallows
+        a listener's exceptions, so an error that will not pass ends here: the
+        partitions stay paused and unregistered (nothing of them is handled or
+        committed, so no open shadow range is overwritten) and the app stops with it.
         """
         clients = self._shadow_clients
         plans: dict[TP, CatchUp] = {}
@@ -108,8 +110,11 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         if clients is not None and tps:
             self._clients.consumer.pause(*partitions)
             try:
-                plans = await self._plan_catch_ups(clients, tps)
-                deleted = await self._deleted_unread(clients, plans)
+                plans, deleted = await retry_broker(
+                    lambda: self._read_offsets(clients, tps),
+                    event="assignment_read_retry",
+                    partitions=sorted(tps),
+                )
             except FairstreamError as exc:
                 self._fail(exc)
                 return
@@ -135,6 +140,13 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         self._stats.rebalances += 1
         self.joined.set()
         log.info("partitions_assigned", group_id=self.group_id, partitions=sorted(tps))
+
+    async def _read_offsets(
+        self, clients: ShadowClients, tps: set[TP]
+    ) -> tuple[dict[TP, CatchUp], dict[TP, int]]:
+        """The catch-up plans and the retention gaps (:meth:`_deleted_unread`) of ``tps``."""
+        plans = await self._plan_catch_ups(clients, tps)
+        return plans, await self._deleted_unread(clients, plans)
 
     async def _plan_catch_ups(self, clients: ShadowClients, tps: set[TP]) -> dict[TP, CatchUp]:
         committed = await clients.committed_offsets(tps)
