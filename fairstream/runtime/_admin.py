@@ -36,6 +36,7 @@ __all__ = [
     "Committed",
     "GroupDescription",
     "MemberDescription",
+    "may_pass",
     "partition_lag",
     "stop_quietly",
 ]
@@ -105,6 +106,15 @@ async def high_watermarks(
             )
         await consumer.getmany(*wanted, timeout_ms=poll_ms)
     return {tp: consumer.highwater(tp) for tp in wanted}
+
+
+def may_pass(exc: BaseException) -> bool:
+    """Whether the same call may succeed later: aiokafka's ``retriable``, and timeouts.
+
+    aiokafka marks ``KafkaTimeoutError`` not retriable, but a request that timed out
+    because the broker was away or the network stalled is worth another try.
+    """
+    return isinstance(exc, KafkaTimeoutError) or bool(getattr(exc, "retriable", False))
 
 
 async def stop_quietly(close: Callable[[], Awaitable[None]]) -> None:
@@ -232,10 +242,8 @@ class BrokerAdmin:
         return self._admin, self._consumer
 
     def _error(self, what: str, exc: BaseException) -> BrokerError:
-        # A request that timed out (the broker away or stalled) may pass when retried.
-        retriable = isinstance(exc, KafkaTimeoutError) or bool(getattr(exc, "retriable", False))
         return BrokerError(
-            f"{what}: {describe(exc)}", bootstrap=self.bootstrap, retriable=retriable
+            f"{what}: {describe(exc)}", bootstrap=self.bootstrap, retriable=may_pass(exc)
         )
 
     async def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:

@@ -23,13 +23,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import (
     KafkaConnectionError,
     KafkaError,
-    KafkaTimeoutError,
     MessageSizeTooLargeError,
 )
 
 from fairstream.config import ConsumerConfig, ProducerConfig, SecurityConfig
 from fairstream.errors import BrokerError, ConfigError, describe
-from fairstream.runtime._admin import BrokerAdmin, stop_quietly
+from fairstream.runtime._admin import BrokerAdmin, may_pass, stop_quietly
 from fairstream.runtime._assignors import PlanningAssignor
 from fairstream.runtime._dead_letter import dead_letter_copies
 from fairstream.runtime._direct_records import build_records_directly
@@ -166,7 +165,7 @@ def _read_error(clients: AIOKafkaClients, what: str, exc: KafkaError) -> BrokerE
         f"could not read {what} (group {clients.group_id!r}): {describe(exc)}; "
         "check that the cluster is up and the group may be described",
         bootstrap=clients.bootstrap,
-        retriable=bool(getattr(exc, "retriable", False)),
+        retriable=may_pass(exc),
     )
 
 
@@ -234,20 +233,17 @@ class AIOKafkaClients:
         broker answered, so it is up: a producer without idempotence is the best
         there is, and the warning says so.
         """
-        if not self._producer_config.enable_idempotence:
-            await self._start(self._producer, "producer")
-            return
         try:
-            await self._producer.start()
-        except KafkaConnectionError:
-            await self._start(self._producer, "producer")  # raises the connection error
-        except KafkaError as exc:
+            await self._start(self._producer, "producer")
+        except BrokerError as exc:
+            unreachable = isinstance(exc.__cause__, KafkaConnectionError)
+            if unreachable or not self._producer_config.enable_idempotence:
+                raise
             await stop_quietly(self._producer.stop)
             log.warning(
                 "producer_idempotence_unavailable",
-                reason=f"the broker refused a producer id: {describe(exc)}; dead letters and "
-                "publish use a producer without idempotence (a retried send may be written "
-                "twice)",
+                reason=f"{exc}; dead letters and publish use a producer without idempotence "
+                "(a retried send may be written twice)",
             )
             self._producer = self._new_producer(idempotent=False)
             await self._start(self._producer, "producer")
@@ -279,7 +275,7 @@ class AIOKafkaClients:
             raise BrokerError(
                 f"the {what} could not start: {describe(exc)}",
                 bootstrap=self.bootstrap,
-                retriable=bool(getattr(exc, "retriable", False)),
+                retriable=may_pass(exc),
             ) from exc
 
     async def start(self, topics: Sequence[str], listener: ConsumerRebalanceListener) -> None:
@@ -353,7 +349,7 @@ class AIOKafkaClients:
             raise BrokerError(
                 f"publishing to topic {topic!r} failed: {describe(exc)}",
                 bootstrap=self.bootstrap,
-                retriable=bool(getattr(exc, "retriable", False)),
+                retriable=may_pass(exc),
             ) from exc
 
     async def dead_letter(
@@ -376,9 +372,7 @@ class AIOKafkaClients:
                     f"dead-lettering {raw.topic}[{raw.partition}]@{raw.offset} to {topic!r} "
                     f"failed: {describe(exc)}; the record stays uncommitted",
                     bootstrap=self.bootstrap,
-                    # A send that timed out (the broker away) may succeed when retried.
-                    retriable=isinstance(exc, KafkaTimeoutError)
-                    or bool(getattr(exc, "retriable", False)),
+                    retriable=may_pass(exc),
                 ) from exc
             if copy.dropped:
                 log.warning(
