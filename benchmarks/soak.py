@@ -14,7 +14,13 @@ same functions the quick suite asserts on, only larger:
 - handler errors: 5% of records always fail (dead-lettered after 3 attempts),
   10% fail once (retried);
 - poison: 1 record in 100 is invalid UTF-8, invalid JSON, ~1 MB invalid, ~1 MB
-  valid, or an empty key and value (capped at ``--poison-records``).
+  valid, or an empty key and value (capped at ``--poison-records``);
+- broker outage: a dedicated noida broker stopped for ``--outage`` seconds while
+  ``fairstream run`` consumes, then started on its data (``outage-term``: SIGTERM
+  sent during the outage, a second process finishes; noida only);
+- flaky network: tansu behind a TCP fault proxy that adds latency, resets every
+  connection and blackholes them, ``--flaky-rounds`` times (tansu only: noida cannot
+  advertise the proxy's port).
 
     python benchmarks/soak.py                         # everything, 200k records
     python benchmarks/soak.py --records 20000 --only storm kill --engines noida
@@ -39,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fairstream import logs
 from fairstream.testing import EmbeddedBroker
 from tests.reliability.checker import Result
+from tests.reliability.flaky import flaky_network
+from tests.reliability.outage import broker_outage
 from tests.reliability.scenarios import (
     broker_restart,
     handler_failures,
@@ -47,8 +55,21 @@ from tests.reliability.scenarios import (
     rebalance_storm,
 )
 
-SCENARIOS = ("kill", "storm", "restart", "errors", "poison", "kill-pr", "storm-pr")
-DEFAULT = ("kill", "storm", "restart", "errors", "poison")
+SCENARIOS = (
+    "kill",
+    "storm",
+    "restart",
+    "errors",
+    "poison",
+    "outage",
+    "outage-term",
+    "flaky",
+    "kill-pr",
+    "storm-pr",
+)
+DEFAULT = ("kill", "storm", "restart", "errors", "poison", "outage", "outage-term", "flaky")
+ENGINE_OF = {"outage": "noida", "outage-term": "noida", "flaky": "tansu"}
+"""Scenarios that start a broker of their own, and the one engine they run on."""
 HEADER = ("scenario", "engine", "records", "lost", "duplicated", "seconds")
 
 
@@ -66,6 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--poison-records", type=int, default=20_000, help="records in the poison scenario"
     )
     parser.add_argument("--seed", type=int, default=2026, help="seed of the handler errors")
+    parser.add_argument("--outage", type=float, default=30.0, help="seconds the broker is away")
+    parser.add_argument("--flaky-rounds", type=int, default=3, help="rounds of network faults")
     parser.add_argument(
         "--engines", nargs="+", choices=["noida", "tansu"], default=["noida", "tansu"]
     )
@@ -164,7 +187,37 @@ def runners(args: argparse.Namespace) -> dict[str, Runner]:
         )
         return outcome.result
 
+    async def outage(bootstrap: str, static: bool, work: Path, term: bool = False) -> Result:
+        outcome = await broker_outage(
+            records=n,
+            partitions=parts,
+            outage=args.outage,
+            workdir=work,
+            sigterm_during_outage=term,
+            wait_limit=1_800,
+        )
+        if (outcome.ready_during, outcome.ready_after) != (503, 200):
+            print(
+                f"!! /ready answered {outcome.ready_during} in the outage, "
+                f"{outcome.ready_after} after",
+                file=sys.stderr,
+            )
+        if outcome.unhandled_below_commit:
+            print(f"!! committed past: {outcome.unhandled_below_commit}", file=sys.stderr)
+        if outcome.exit_code or outcome.last_exit_code:
+            print(f"!! exit codes {outcome.exit_code}, {outcome.last_exit_code}", file=sys.stderr)
+        return outcome.result
+
+    async def flaky(bootstrap: str, static: bool, work: Path) -> Result:
+        outcome = await flaky_network(
+            records=n, partitions=parts, workdir=work, rounds=args.flaky_rounds, wait_limit=1_800
+        )
+        return outcome.result
+
     return {
+        "outage": outage,
+        "outage-term": partial(outage, term=True),
+        "flaky": flaky,
         "kill": kill,
         "storm": storm,
         "restart": restart,
@@ -198,6 +251,8 @@ async def soak(args: argparse.Namespace) -> list[tuple[str, ...]]:
                 static = not broker.info.evicts_dead_members
                 for name in args.only:
                     if name == "restart" and not broker.info.restartable:
+                        continue
+                    if ENGINE_OF.get(name, engine) != engine:
                         continue
                     started = time.monotonic()
                     result = await run[name](broker.bootstrap, static, work)

@@ -35,11 +35,12 @@ def add_lag(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="show a group's committed offset, end offset, lag and open shadow ranges",
         description=(
             "Per partition of the group's topics: the committed offset, the end offset (a "
-            "fetch's high watermark), the lag between them, and the KIP-333 shadow ranges "
-            "left open in the commit metadata by parallel rebalance (records below the "
-            "committed offset still to be replayed). The title (JSON: protocol) names the "
-            "assignment protocol the group runs, e.g. roundrobin while other clients' "
-            "consumers share it."
+            "fetch's high watermark), the lag (records still to read), the records retention "
+            "deleted before the group read them (committed offset below the log start), and "
+            "the KIP-333 shadow ranges left open in the commit metadata by parallel rebalance "
+            "(records below the committed offset still to be replayed). The title (JSON: "
+            "protocol) names the assignment protocol the group runs, e.g. roundrobin while "
+            "other clients' consumers share it."
         ),
     )
     add_bootstrap(parser)
@@ -71,7 +72,7 @@ def _run_lag(args: argparse.Namespace) -> int:
     # The protocol the group runs: during a migration, the one all its clients share.
     running = f", protocol {protocol}" if protocol else ", no members"
     table = _table(f"group {args.group}: lag per partition{running}", "topic")
-    for column in ("partition", "committed", "end", "lag", "shadow records"):
+    for column in ("partition", "committed", "end", "lag", "deleted unread", "shadow records"):
         table.add_column(column, justify="right")
     table.add_column("shadow ranges")
 
@@ -85,6 +86,7 @@ def _run_lag(args: argparse.Namespace) -> int:
             number(row["committed"]),
             number(row["end"]),
             number(row["lag"]),
+            number(row["deleted_unread"]),
             number(row["shadow_records"]),
             " ".join(f"[{a:,}, {b:,})" for a, b in row["shadow"]) or "-",
         )
@@ -120,6 +122,7 @@ async def _read_lag(
             )
         tps = [TopicPartition(t, p) for t in sorted(counts) for p in range(counts[t])]
         ends = await admin.end_offsets(tps)
+        starts = await admin.log_start_offsets(tps)
         commits = await admin.committed_offsets(group_id, tps)
     # Kafka answers "Dead" for a group it never saw, tansu "Empty": what tells an
     # unknown (or mistyped) group from an idle one is that it holds nothing at all.
@@ -134,13 +137,16 @@ async def _read_lag(
     for tp in tps:
         commit = commits[tp]
         shadow = decode_shadow(commit.metadata) if commit is not None else []
+        # A committed offset below the log start: retention deleted the records between.
+        readable = None if commit is None else max(commit.offset, starts[tp])
         rows.append(
             {
                 "topic": tp.topic,
                 "partition": tp.partition,
                 "committed": None if commit is None else commit.offset,
                 "end": ends[tp],
-                "lag": None if commit is None else max(ends[tp] - commit.offset, 0),
+                "lag": None if readable is None else max(ends[tp] - readable, 0),
+                "deleted_unread": None if commit is None else max(starts[tp] - commit.offset, 0),
                 "shadow": [[r.start, r.end] for r in shadow],
                 "shadow_records": sum(map(len, shadow)),
             }

@@ -22,6 +22,7 @@ __all__ = [
     "ConsumerConfig",
     "DeadLetterPolicy",
     "ParallelRebalance",
+    "ProducerConfig",
     "RetryPolicy",
     "SchedulerConfig",
     "SecurityConfig",
@@ -29,6 +30,8 @@ __all__ = [
     "from_env",
 ]
 
+Acks = Literal[0, 1, "all"]
+Compression = Literal["gzip", "snappy", "lz4", "zstd"]
 OffsetReset = Literal["earliest", "latest"]
 OnError = Literal["dead_letter", "skip", "stop"]
 Ordering = Literal["partition", "key", "none"]
@@ -60,7 +63,11 @@ def _mismatch(value: object, hint: object) -> str | None:
             return None
         return "must be " + " or ".join(dict.fromkeys(_expected(option) for option in options))
     if typing.get_origin(hint) is Literal:
-        return None if value in typing.get_args(hint) else f"must be {_expected(hint)}"
+        # By type too: True == 1, but acks=True is not acks=1.
+        allowed = typing.get_args(hint)
+        if any(value == option and type(value) is type(option) for option in allowed):
+            return None
+        return f"must be {_expected(hint)}"
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return f"must be a number, not {type(value).__name__}"
@@ -175,6 +182,64 @@ class ConsumerConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ProducerConfig:
+    """Settings passed through to aiokafka's producer: dead letters and ``app.publish``.
+
+    The defaults are what Kafka's own producer defaults to since 3.0: ``acks="all"``
+    (a send counts once every in-sync replica has it) and idempotence (a send the
+    producer retries after a lost connection is written once). A dead-lettered
+    record's offset is committed only after that acknowledgement. A broker that
+    hands out no producer ids (tansu) gets a producer without idempotence and a
+    ``producer_idempotence_unavailable`` warning; ``acks`` still applies.
+
+    ``compression_type`` other than ``"gzip"`` needs ``pip install cramjam``;
+    ``request_timeout_ms`` is how long one send waits for the broker before it
+    fails (a dead letter is then retried with backoff).
+    """
+
+    acks: Acks = "all"
+    enable_idempotence: bool = True
+    compression_type: Compression | None = None
+    linger_ms: int = 0
+    max_batch_size: int = 16_384
+    request_timeout_ms: int = 40_000
+
+    def __post_init__(self) -> None:
+        _check_types(self, "producer.")
+        _positive("producer.linger_ms", self.linger_ms, allow_zero=True)
+        _positive("producer.max_batch_size", self.max_batch_size)
+        _positive("producer.request_timeout_ms", self.request_timeout_ms)
+        if self.enable_idempotence and self.acks != "all":
+            raise ConfigError(
+                "producer.acks",
+                self.acks,
+                "an idempotent producer needs acks='all'",
+                "use acks='all', or enable_idempotence=False",
+            )
+        if self.compression_type is not None:
+            from aiokafka import codec
+
+            if not getattr(codec, f"has_{self.compression_type}")():
+                raise ConfigError(
+                    "producer.compression_type",
+                    self.compression_type,
+                    "its compression library is not installed",
+                    "run: pip install cramjam (or choose 'gzip', which needs nothing)",
+                )
+
+    def aiokafka_kwargs(self, *, idempotent: bool = True) -> dict[str, object]:
+        """Keyword arguments for aiokafka's producer; ``idempotent=False`` turns it off."""
+        return {
+            "acks": self.acks,
+            "enable_idempotence": self.enable_idempotence and idempotent,
+            "compression_type": self.compression_type,
+            "linger_ms": self.linger_ms,
+            "max_batch_size": self.max_batch_size,
+            "request_timeout_ms": self.request_timeout_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SchedulerConfig:
     """KIP-387 fair scheduling and backpressure bounds.
 
@@ -204,6 +269,10 @@ class SchedulerConfig:
     once. Out of order, each commit carries an *offset map* of the records finished
     above the committed offset, so a new owner skips them; ``offset_map=False``
     commits the plain watermark only (more records repeat after a crash).
+
+    ``shutdown_timeout`` bounds a stop: in-flight handlers get it less 1 s (a tenth
+    of it when that is less), and the final commit what is left of it, at most
+    ``revoke_timeout``; so a stop while the broker is away still ends on time.
 
     Small buffers are fast: records are decoded just ahead of their handler and
     die young, so the garbage collector never promotes and rescans them (raising

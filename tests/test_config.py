@@ -9,11 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from aiokafka import codec
 
 from fairstream import (
     ConfigError,
     ConsumerConfig,
     DeadLetterPolicy,
+    ProducerConfig,
     RetryPolicy,
     SchedulerConfig,
     SecurityConfig,
@@ -93,6 +95,51 @@ INF = float("inf")
             {"client_id": 7},
             "client_id=7: must be a str, not int",
             id="ConsumerConfig-client_id-type",
+        ),
+        # ProducerConfig
+        pytest.param(
+            ProducerConfig,
+            {"acks": True},
+            "producer.acks=True: must be one of 0, 1, 'all'",
+            id="ProducerConfig-acks-bool",
+        ),
+        pytest.param(
+            ProducerConfig,
+            {"acks": -1},
+            "producer.acks=-1: must be one of 0, 1, 'all'",
+            id="ProducerConfig-acks-literal",
+        ),
+        pytest.param(
+            ProducerConfig,
+            {"acks": 1},
+            "producer.acks=1: an idempotent producer needs acks='all'; use acks='all', or "
+            "enable_idempotence=False",
+            id="ProducerConfig-acks-idempotence",
+        ),
+        pytest.param(
+            ProducerConfig,
+            {"compression_type": "brotli"},
+            "producer.compression_type='brotli': must be one of 'gzip', 'snappy', 'lz4', "
+            "'zstd' or None",
+            id="ProducerConfig-compression_type-literal",
+        ),
+        pytest.param(
+            ProducerConfig,
+            {"linger_ms": -5},
+            "producer.linger_ms=-5: must be >= 0",
+            id="ProducerConfig-linger_ms-negative",
+        ),
+        pytest.param(
+            ProducerConfig,
+            {"max_batch_size": 0},
+            "producer.max_batch_size=0: must be > 0",
+            id="ProducerConfig-max_batch_size-zero",
+        ),
+        pytest.param(
+            ProducerConfig,
+            {"enable_idempotence": 1},
+            "producer.enable_idempotence=1: must be a bool, not int",
+            id="ProducerConfig-enable_idempotence-type",
         ),
         # RetryPolicy
         pytest.param(
@@ -179,8 +226,36 @@ def test_wrong_type_is_a_config_error_when_built(
         ),
         lambda: ConsumerConfig(auto_offset_reset="latest", client_id="billing"),
         lambda: DeadLetterPolicy(on_error="skip", topic_suffix=".dead"),
+        lambda: ProducerConfig(acks=1, enable_idempotence=False, compression_type="gzip"),
     ],
-    ids=["int-for-float", "retry", "security", "consumer", "dead-letter"],
+    ids=["int-for-float", "retry", "security", "consumer", "dead-letter", "producer"],
 )
 def test_well_typed_values_are_accepted(build: Any) -> None:
     build()
+
+
+def test_producer_settings_are_what_aiokafka_gets() -> None:
+    """Kafka's producer defaults since 3.0, and the user's settings passed as they are."""
+    assert ProducerConfig().aiokafka_kwargs() == {
+        "acks": "all",
+        "enable_idempotence": True,
+        "compression_type": None,
+        "linger_ms": 0,
+        "max_batch_size": 16_384,
+        "request_timeout_ms": 40_000,
+    }
+    chosen = ProducerConfig(compression_type="gzip", linger_ms=20, max_batch_size=65_536)
+    assert chosen.aiokafka_kwargs(idempotent=False) == {
+        "acks": "all",
+        "enable_idempotence": False,
+        "compression_type": "gzip",
+        "linger_ms": 20,
+        "max_batch_size": 65_536,
+        "request_timeout_ms": 40_000,
+    }
+
+
+@pytest.mark.skipif(codec.has_zstd(), reason="cramjam is installed here: zstd is available")
+def test_a_codec_without_its_library_is_refused_when_built() -> None:
+    with pytest.raises(ConfigError, match=r"producer.compression_type='zstd'.*pip install cramjam"):
+        ProducerConfig(compression_type="zstd")

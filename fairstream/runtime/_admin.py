@@ -12,17 +12,19 @@ true end on every engine - so it reads at most one batch per partition.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, final
 
+import anyio
 import structlog
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.coordinator.protocol import ConsumerProtocol
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 
 from fairstream.assign import Assignment, GroupSnapshot
 from fairstream.config import SecurityConfig
@@ -34,7 +36,9 @@ __all__ = [
     "Committed",
     "GroupDescription",
     "MemberDescription",
+    "may_pass",
     "partition_lag",
+    "stop_quietly",
 ]
 
 log = structlog.get_logger(__name__)
@@ -104,6 +108,39 @@ async def high_watermarks(
     return {tp: consumer.highwater(tp) for tp in wanted}
 
 
+def may_pass(exc: BaseException) -> bool:
+    """Whether the same call may succeed later: aiokafka's ``retriable``, and timeouts.
+
+    aiokafka marks ``KafkaTimeoutError`` not retriable, but a request that timed out
+    because the broker was away or the network stalled is worth another try.
+    """
+    return isinstance(exc, KafkaTimeoutError) or bool(getattr(exc, "retriable", False))
+
+
+async def stop_quietly(close: Callable[[], Awaitable[None]]) -> None:
+    """Stop an aiokafka client; what goes wrong then is logged: nothing is left to do.
+
+    aiokafka 0.14's fetcher, closing, cancels its pending requests and awaits them
+    (``task.cancel(); await task``), so a consumer stopped while a request waits out
+    a retry after a lost connection raises that request's ``CancelledError`` from
+    ``stop()``, before closing its connections. Nothing cancelled us: re-raising it
+    would end the engine without a word and leave the other clients open. So it is
+    logged, and the connections are closed here (``_client``, private, guarded).
+    """
+    try:
+        await close()
+    except KafkaError as exc:
+        log.warning("client_stop_failed", reason=describe(exc))
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise
+        log.warning("client_stop_failed", reason="aiokafka cancelled its own request as it stopped")
+        client = getattr(getattr(close, "__self__", None), "_client", None)
+        if client is not None:
+            await client.close()
+
+
 def partition_lag(
     end: int, committed: int | None, log_start: int, auto_offset_reset: AutoOffsetReset
 ) -> int:
@@ -153,10 +190,14 @@ class BrokerAdmin:
         try:
             await admin.start()
             await consumer.start()
-        except KafkaError as exc:
-            await admin.close()
-            await consumer.stop()
-            raise self._error("could not connect to the cluster", exc) from exc
+        except BaseException as exc:
+            # Cancelled too (a readiness probe's time limit): close what was opened.
+            with anyio.CancelScope(shield=True):
+                await stop_quietly(admin.close)
+                await stop_quietly(consumer.stop)
+            if isinstance(exc, KafkaError):
+                raise self._error("could not connect to the cluster", exc) from exc
+            raise
         self._admin, self._consumer = admin, consumer
 
     async def aclose(self) -> None:
@@ -164,9 +205,9 @@ class BrokerAdmin:
         admin, consumer = self._admin, self._consumer
         self._admin = self._consumer = None
         if consumer is not None:
-            await consumer.stop()
+            await stop_quietly(consumer.stop)
         if admin is not None:
-            await admin.close()
+            await stop_quietly(admin.close)
 
     async def __aenter__(self) -> BrokerAdmin:
         await self.start()
@@ -201,9 +242,8 @@ class BrokerAdmin:
         return self._admin, self._consumer
 
     def _error(self, what: str, exc: BaseException) -> BrokerError:
-        retriable = bool(getattr(exc, "retriable", False))
         return BrokerError(
-            f"{what}: {describe(exc)}", bootstrap=self.bootstrap, retriable=retriable
+            f"{what}: {describe(exc)}", bootstrap=self.bootstrap, retriable=may_pass(exc)
         )
 
     async def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
@@ -246,7 +286,7 @@ class BrokerAdmin:
         except KafkaError as exc:
             raise self._error("could not read end offsets", exc) from exc
         finally:
-            await consumer.stop()
+            await stop_quietly(consumer.stop)
 
     async def log_start_offsets(
         self, partitions: Iterable[TopicPartition]

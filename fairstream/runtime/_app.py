@@ -21,6 +21,7 @@ from fairstream.config import (
     DeadLetterPolicy,
     Ordering,
     ParallelRebalance,
+    ProducerConfig,
     RetryPolicy,
     SchedulerConfig,
     SecurityConfig,
@@ -56,7 +57,7 @@ ClientsFactory = Callable[["App", list[Subscriber]], KafkaClients]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Health:
-    """``alive``: the engine runs; ``ready``: it has joined its group and consumes."""
+    """``alive``: the engine runs; ``ready``: it has joined its group and reaches the broker."""
 
     alive: bool
     ready: bool
@@ -107,6 +108,7 @@ class App:
         bootstrap: str | None = None,
         assignor: str | Sequence[str] = "fair",
         consumer: ConsumerConfig | None = None,
+        producer: ProducerConfig | None = None,
         scheduler: SchedulerConfig | None = None,
         retry: RetryPolicy | None = None,
         dead_letter: DeadLetterPolicy | None = None,
@@ -128,6 +130,7 @@ class App:
         self.assignor = assignor
         strategy_names(assignor, field="assignor")  # fail here, not at the first join
         self.consumer_config = consumer or ConsumerConfig()
+        self.producer_config = producer or ProducerConfig()
         self.scheduler_config = scheduler or SchedulerConfig()
         self.retry = retry or RetryPolicy()
         self.dead_letter = dead_letter or DeadLetterPolicy()
@@ -458,11 +461,16 @@ class App:
         return prometheus_text(self.stats())
 
     def health(self) -> Health:
-        state = self._engine.state if self._engine else "created"
+        """``ready`` needs the group joined and the broker answering (asked every 2 s)."""
+        engine = self._engine
+        state = engine.state if engine else "created"
         member = self._clients.member_id if self._clients else None
         return Health(
             alive=state in ("starting", "running"),
-            ready=state == "running" and member is not None,
+            ready=state == "running"
+            and member is not None
+            and engine is not None
+            and engine.reachable,
             state=state,
         )
 
@@ -532,6 +540,7 @@ def _aiokafka_clients(app: App, subscribers: list[Subscriber]) -> KafkaClients:
         bootstrap=app.bootstrap,
         group_id=app.group_id,
         consumer_config=app.consumer_config,
+        producer_config=app.producer_config,
         security=app.security,
         assignor=make_assignor(
             app.assignor,

@@ -13,7 +13,7 @@ optional Protocol: clients without it (the in-memory kit, for now) consume plain
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol, runtime_checkable
 
@@ -26,9 +26,9 @@ from aiokafka.errors import (
     MessageSizeTooLargeError,
 )
 
-from fairstream.config import ConsumerConfig, SecurityConfig
+from fairstream.config import ConsumerConfig, ProducerConfig, SecurityConfig
 from fairstream.errors import BrokerError, ConfigError, describe
-from fairstream.runtime._admin import BrokerAdmin
+from fairstream.runtime._admin import BrokerAdmin, may_pass, stop_quietly
 from fairstream.runtime._assignors import PlanningAssignor
 from fairstream.runtime._dead_letter import dead_letter_copies
 from fairstream.runtime._direct_records import build_records_directly
@@ -141,6 +141,13 @@ class ShadowClients(Protocol):
         """
         ...
 
+    async def log_start_offsets(self, tps: Collection[TP]) -> dict[TP, int]:
+        """The first offset retention kept, per partition.
+
+        :raises BrokerError: the query failed.
+        """
+        ...
+
     def seek(self, tp: TP, offset: int) -> None:
         """Move the group consumer's next fetch of ``tp`` (in the assign listener)."""
         ...
@@ -164,7 +171,7 @@ def _read_error(clients: AIOKafkaClients, what: str, exc: KafkaError) -> BrokerE
         f"could not read {what} (group {clients.group_id!r}): {describe(exc)}; "
         "check that the cluster is up and the group may be described",
         bootstrap=clients.bootstrap,
-        retriable=bool(getattr(exc, "retriable", False)),
+        retriable=may_pass(exc),
     )
 
 
@@ -177,6 +184,7 @@ class AIOKafkaClients:
         bootstrap: str,
         group_id: str,
         consumer_config: ConsumerConfig,
+        producer_config: ProducerConfig,
         security: SecurityConfig,
         assignor: PlanningAssignor,
         instance_id: str | None,
@@ -193,9 +201,8 @@ class AIOKafkaClients:
         self._config = consumer_config
         self._instance_id = instance_id
         self._consumer = self._group_consumer()
-        self._producer = AIOKafkaProducer(
-            **common, client_id=f"{consumer_config.client_id}-producer"
-        )
+        self._producer_config = producer_config
+        self._producer = self._new_producer(idempotent=True)
         self._admin = admin
         self._subscription: tuple[list[str], ConsumerRebalanceListener] | None = None
 
@@ -216,6 +223,36 @@ class AIOKafkaClients:
             metadata_max_age_ms=config.metadata_max_age_ms,
             partition_assignment_strategy=self._assignor.protocols,
         )
+
+    def _new_producer(self, *, idempotent: bool) -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            **self._common,
+            client_id=f"{self._config.client_id}-producer",
+            **self._producer_config.aiokafka_kwargs(idempotent=idempotent),
+        )
+
+    async def _start_producer(self) -> None:
+        """Start the producer; without idempotence where the broker gives no producer id.
+
+        An idempotent producer asks for a producer id when it starts (InitProducerId);
+        tansu answers that with an error, which would stop every app on it. The
+        broker answered, so it is up: a producer without idempotence is the best
+        there is, and the warning says so.
+        """
+        try:
+            await self._start(self._producer, "producer")
+        except BrokerError as exc:
+            unreachable = isinstance(exc.__cause__, KafkaConnectionError)
+            if unreachable or not self._producer_config.enable_idempotence:
+                raise
+            await stop_quietly(self._producer.stop)
+            log.warning(
+                "producer_idempotence_unavailable",
+                reason=f"{exc}; dead letters and publish use a producer without idempotence "
+                "(a retried send may be written twice)",
+            )
+            self._producer = self._new_producer(idempotent=False)
+            await self._start(self._producer, "producer")
 
     @property
     def consumer(self) -> ConsumerPort:
@@ -248,12 +285,12 @@ class AIOKafkaClients:
             raise BrokerError(
                 f"the {what} could not start: {describe(exc)}",
                 bootstrap=self.bootstrap,
-                retriable=bool(getattr(exc, "retriable", False)),
+                retriable=may_pass(exc),
             ) from exc
 
     async def start(self, topics: Sequence[str], listener: ConsumerRebalanceListener) -> None:
         """Connect, check the topics exist, create missing dead-letter topics, subscribe."""
-        await self._start(self._producer, "producer")
+        await self._start_producer()
         await self._start(self._consumer, "consumer")
         build_records_directly(self._consumer)
         offer_all_at_once(self._consumer)
@@ -286,12 +323,12 @@ class AIOKafkaClients:
             offer_all_at_once(fresh)
         except BrokerError:
             with anyio.CancelScope(shield=True):
-                await _stop_quietly(fresh.stop)
+                await stop_quietly(fresh.stop)
             raise
         old, self._consumer = self._consumer, fresh
         with anyio.CancelScope(shield=True):
             await _raise_once_more(old)
-            await _stop_quietly(old.stop)
+            await stop_quietly(old.stop)
         self._assignor.consumer_restarted()
         self._subscribe()
 
@@ -324,7 +361,7 @@ class AIOKafkaClients:
             raise BrokerError(
                 f"publishing to topic {topic!r} failed: {describe(exc)}",
                 bootstrap=self.bootstrap,
-                retriable=bool(getattr(exc, "retriable", False)),
+                retriable=may_pass(exc),
             ) from exc
 
     async def dead_letter(
@@ -345,10 +382,9 @@ class AIOKafkaClients:
                     continue  # the next copy drops the largest part left
                 raise BrokerError(
                     f"dead-lettering {raw.topic}[{raw.partition}]@{raw.offset} to {topic!r} "
-                    f"failed: {describe(exc)}; the record stays uncommitted and "
-                    "will be retried",
+                    f"failed: {describe(exc)}; the record stays uncommitted",
                     bootstrap=self.bootstrap,
-                    retriable=bool(getattr(exc, "retriable", False)),
+                    retriable=may_pass(exc),
                 ) from exc
             if copy.dropped:
                 log.warning(
@@ -395,6 +431,11 @@ class AIOKafkaClients:
         found = await self._admin.offset_bounds(TopicPartition(*tp) for tp in tps)
         return {(tp.topic, tp.partition): bounds for tp, bounds in found.items()}
 
+    async def log_start_offsets(self, tps: Collection[TP]) -> dict[TP, int]:
+        await self._admin.start()
+        found = await self._admin.log_start_offsets(TopicPartition(*tp) for tp in tps)
+        return {(tp.topic, tp.partition): offset for tp, offset in found.items()}
+
     def seek(self, tp: TP, offset: int) -> None:
         self._consumer.seek(TopicPartition(*tp), offset)
 
@@ -412,16 +453,18 @@ class AIOKafkaClients:
             yield _AIOKafkaShadowReader(consumer, TopicPartition(*tp), self)
         finally:
             with anyio.CancelScope(shield=True):
-                await consumer.stop()
+                await stop_quietly(consumer.stop)
 
     async def aclose(self) -> None:
         """Stop the consumer (leaving the group), flush the producer, close lag reads.
 
         Both are stopped even if their start failed: aiokafka needs stop() to release
-        what start() opened, or it warns about unclosed clients at exit.
+        what start() opened, or it warns about unclosed clients at exit. The consumer
+        goes first: stopping it cancels a rebalance listener still reading offsets
+        through the admin client, which would otherwise reopen it after its close.
         """
-        for close in (self._admin.aclose, self._consumer.stop, self._producer.stop):
-            await _stop_quietly(close)
+        for close in (self._consumer.stop, self._admin.aclose, self._producer.stop):
+            await stop_quietly(close)
         await self._assignor.aclose()
 
 
@@ -435,14 +478,6 @@ async def _raise_once_more(consumer: AIOKafkaConsumer) -> None:
     """
     with contextlib.suppress(KafkaError):
         await consumer.getmany(timeout_ms=0)
-
-
-async def _stop_quietly(close: Callable[[], Awaitable[None]]) -> None:
-    """Stop a client; a broker error then is logged, as nothing is left to do about it."""
-    try:
-        await close()
-    except KafkaError as exc:
-        log.warning("client_stop_failed", reason=f"{describe(exc)}")
 
 
 _SHADOW_READ_RECORDS = 500

@@ -28,6 +28,7 @@ from fairstream.runtime._clients import KafkaClients, ShadowClients
 from fairstream.runtime._fetch import Fetcher
 from fairstream.runtime._handling import DispatchRunner
 from fairstream.runtime._offsets import OffsetTracker
+from fairstream.runtime._reachability import BrokerWatch
 from fairstream.runtime._rebalance import Ack, Rebalancer
 from fairstream.runtime._record import TP, Record
 from fairstream.runtime._scheduler import FairScheduler
@@ -122,7 +123,9 @@ class Engine:
             fail=self._fail,
         )
         self._topics = sorted({topic for sub in subscribers for topic in sub.topics})
+        self._watch = BrokerWatch(lambda: clients.partition_counts(self._topics))
         self._stop = anyio.Event()
+        self._stop_by: float | None = None
         self.joined = self._rebalancer.joined
         self.stopped = anyio.Event()
         """Set once :meth:`serve` has committed, closed the clients and is returning."""
@@ -141,6 +144,8 @@ class Engine:
         """
         if now:
             log.warning("shutdown_forced", in_flight=self._workers.in_flight)
+        if self._stop_by is None:
+            self._stop_by = anyio.current_time() + self._config.shutdown_timeout
         self._fetcher.stop()
         self._workers.stop(cancel=now)
         self._stop.set()
@@ -168,6 +173,7 @@ class Engine:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._fetcher.run)
                 tasks.start_soon(self._commit_loop)
+                tasks.start_soon(self._watch.run)
                 if self._shadows is not None:
                     tasks.start_soon(self._shadows.run)
                 self._workers.start(tasks, self._worker_count)
@@ -187,16 +193,34 @@ class Engine:
         if self._failure is not None:
             raise self._failure
 
+    @property
+    def reachable(self) -> bool:
+        """The broker answered the last time it was asked (every 2 s while running)."""
+        return self._watch.reachable
+
+    def _shutdown_left(self) -> float:
+        """Seconds left of ``shutdown_timeout`` since the stop was requested."""
+        assert self._stop_by is not None, "request_stop() sets the deadline"
+        return max(0.0, self._stop_by - anyio.current_time())
+
     async def _drain(self) -> None:
-        """Wait for in-flight dispatches, within ``shutdown_timeout``."""
-        with anyio.move_on_after(self._config.shutdown_timeout) as scope:
+        """Wait for in-flight dispatches, within ``shutdown_timeout`` less the commit's share.
+
+        The final commit keeps 1 s (a tenth of ``shutdown_timeout`` if that is less):
+        handlers that never finish must not leave it no time at all.
+        """
+        reserve = min(1.0, self._config.shutdown_timeout / 10)
+        with anyio.move_on_after(max(0.0, self._shutdown_left() - reserve)) as scope:
             for running in self._workers.running():
                 await running.done.wait()
         if scope.cancelled_caught:
             log.warning("shutdown_timeout", reason="in-flight handlers cancelled")
 
     async def _final_commit(self) -> None:
-        with anyio.move_on_after(self._config.revoke_timeout, shield=True) as scope:
+        # What is left of shutdown_timeout bounds it: with the broker away a commit
+        # would wait for commit_timeout, and the process is expected gone by then.
+        limit = min(self._config.revoke_timeout, self._shutdown_left())
+        with anyio.move_on_after(limit, shield=True) as scope:
             await self.commit()
         if scope.cancelled_caught:
             log.warning(
@@ -370,6 +394,7 @@ class Engine:
             retries=recorder.retries,
             dead_letters=recorder.dead_letters,
             records_skipped=recorder.records_skipped,
+            records_skipped_by_retention=recorder.records_skipped_by_retention,
             commits=recorder.commits,
             commit_failures=recorder.commit_failures,
             rebalances=recorder.rebalances,

@@ -31,7 +31,7 @@ from fairstream.ranges import OffsetRange
 from fairstream.runtime._decode import DecodeError, passthrough
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._record import TP, Record, with_value
-from fairstream.runtime._retry import call_with_retry, stray_cancellation
+from fairstream.runtime._retry import call_with_retry, retry_broker, stray_cancellation
 from fairstream.runtime._scheduler import Dispatch, Slice
 from fairstream.runtime._stats import StatsRecorder
 from fairstream.runtime._subscriber import Subscriber
@@ -281,7 +281,12 @@ class DispatchRunner:
                 cause=error,
             ) from error
         if policy == "dead_letter":
-            await self._dead_letter(subscriber, raw, error, attempts)
+            # Acknowledged before the record counts as done (its offset may be committed).
+            await retry_broker(
+                lambda: self._dead_letter(subscriber, raw, error, attempts),
+                event="dead_letter_retry",
+                **where,
+            )
             self._stats.dead_lettered((raw.topic, raw.partition))
             log.error("record_dead_lettered", **where, attempts=attempts, error=reason)
         else:

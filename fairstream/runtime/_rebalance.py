@@ -22,6 +22,7 @@ from fairstream.errors import FairstreamError
 from fairstream.runtime._clients import KafkaClients, ShadowClients
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._record import TP, Record
+from fairstream.runtime._retry import retry_broker
 from fairstream.runtime._scheduler import FairScheduler
 from fairstream.runtime._shadow import CatchUp, ShadowTasks, plan_catch_up
 from fairstream.runtime._stats import StatsRecorder
@@ -95,19 +96,25 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         """Read commits, decide on KIP-333 jumps, then queue the partitions.
 
         aiokafka fetches while it awaits this listener, so the partitions stay
-        paused until it is known where to read them from. It also logs and swallows
-        a listener's exceptions, so failures end here: if the commits cannot be
-        read, the partitions stay paused and unregistered (nothing of them is
-        handled or committed, so no open shadow range is overwritten) and the
-        app stops with the error.
+        paused until it is known where to read them from. Reading the commits and
+        offsets is retried with backoff while the error may pass (the broker away,
+        a coordinator moving: ``assignment_read_retry``); aiokafka logs and swallows
+        a listener's exceptions, so an error that will not pass ends here: the
+        partitions stay paused and unregistered (nothing of them is handled or
+        committed, so no open shadow range is overwritten) and the app stops with it.
         """
         clients = self._shadow_clients
         plans: dict[TP, CatchUp] = {}
+        deleted: dict[TP, int] = {}
         partitions = [TopicPartition(*tp) for tp in sorted(tps)]
         if clients is not None and tps:
             self._clients.consumer.pause(*partitions)
             try:
-                plans = await self._plan_catch_ups(clients, tps)
+                plans, deleted = await retry_broker(
+                    lambda: self._read_offsets(clients, tps),
+                    event="assignment_read_retry",
+                    partitions=sorted(tps),
+                )
             except FairstreamError as exc:
                 self._fail(exc)
                 return
@@ -121,6 +128,11 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
                 self._offsets.assign(tp, committed=plan.committed, metadata=plan.metadata)
         if clients is not None and plans:
             await self._catch_up(clients, plans)
+            for tp, log_start in sorted(deleted.items()):
+                if plans[tp].jump is None:
+                    # Not left to aiokafka's reset: under "latest" it would skip to the end.
+                    clients.seek(tp, log_start)
+                    self._offsets.advance(tp, log_start)
             if self._reset == "latest":
                 await self._start_unseen(clients, plans)
             self._clients.consumer.resume(*partitions)
@@ -128,6 +140,13 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         self._stats.rebalances += 1
         self.joined.set()
         log.info("partitions_assigned", group_id=self.group_id, partitions=sorted(tps))
+
+    async def _read_offsets(
+        self, clients: ShadowClients, tps: set[TP]
+    ) -> tuple[dict[TP, CatchUp], dict[TP, int]]:
+        """The catch-up plans and the retention gaps (:meth:`_deleted_unread`) of ``tps``."""
+        plans = await self._plan_catch_ups(clients, tps)
+        return plans, await self._deleted_unread(clients, plans)
 
     async def _plan_catch_ups(self, clients: ShadowClients, tps: set[TP]) -> dict[TP, CatchUp]:
         committed = await clients.committed_offsets(tps)
@@ -144,6 +163,36 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
             )
             for tp in tps
         }
+
+    async def _deleted_unread(
+        self, clients: ShadowClients, plans: dict[TP, CatchUp]
+    ) -> dict[TP, int]:
+        """The partitions whose committed offset retention deleted, with their log start.
+
+        The records between the two were deleted before the group read them: they
+        cannot be handled any more, and a consumer would pass over them in silence
+        (aiokafka resets an out-of-range position without a word). Each such gap is
+        one ``records_skipped_by_retention`` warning and counts in the stats; the
+        partition is then read from its log start.
+        """
+        committed = {tp: plan.committed for tp, plan in plans.items() if plan.committed is not None}
+        if not committed:
+            return {}
+        starts = await clients.log_start_offsets(committed.keys())
+        deleted = {tp: starts[tp] for tp, offset in committed.items() if offset < starts.get(tp, 0)}
+        for tp, log_start in sorted(deleted.items()):
+            offset = committed[tp]
+            self._stats.records_skipped_by_retention += log_start - offset
+            log.warning(
+                "records_skipped_by_retention",
+                topic=tp[0],
+                partition=tp[1],
+                skipped=[offset, log_start],
+                records=log_start - offset,
+                reason="retention deleted them before the group read them; reading on "
+                "from the log start",
+            )
+        return deleted
 
     async def _start_unseen(self, clients: ShadowClients, plans: dict[TP, CatchUp]) -> None:
         """Where ``auto_offset_reset="latest"`` would skip records that matter.

@@ -1,18 +1,24 @@
-"""Retrying a failing handler call with exponential backoff."""
+"""Retrying with exponential backoff: a failing handler call, and broker calls that
+must succeed before the engine may move on."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import structlog
 
 from fairstream.config import RetryPolicy
-from fairstream.errors import HandlerCancelled
+from fairstream.errors import BrokerError, HandlerCancelled
 
-__all__ = ["call_with_retry", "stray_cancellation"]
+__all__ = ["BROKER_BACKOFF", "call_with_retry", "retry_broker", "stray_cancellation"]
+
+T = TypeVar("T")
+
+BROKER_BACKOFF = RetryPolicy(attempts=1, backoff=0.2, multiplier=2.0, max_backoff=5.0)
+"""The delays between tries of a broker call: 0.2 s, doubling, at most 5 s."""
 
 log = structlog.get_logger(__name__)
 
@@ -62,3 +68,29 @@ def stray_cancellation(exc: asyncio.CancelledError) -> HandlerCancelled:
     if task is None or task.cancelling():
         raise exc
     return HandlerCancelled()
+
+
+async def retry_broker(operation: Callable[[], Awaitable[T]], *, event: str, **where: Any) -> T:
+    """Run ``operation`` until it succeeds or fails with an error that is not retriable.
+
+    For broker calls the engine cannot go past: a dead letter that must be written
+    before its record's offset is committed, the committed offsets an assignment
+    needs. Giving up would either stop the app or move past a record; a broker that
+    is away, a leader that moves or a send that timed out passes. So a retriable
+    :class:`~fairstream.errors.BrokerError` is logged as ``event`` (a warning with the
+    attempt and the delay) and tried again after :data:`BROKER_BACKOFF`, for as long
+    as it takes; cancellation (shutdown, a revoke) ends the wait.
+
+    :raises BrokerError: the first error that is not retriable.
+    """
+    attempt = 0
+    while True:
+        try:
+            return await operation()
+        except BrokerError as exc:
+            if not exc.retriable:
+                raise
+            attempt += 1
+            delay = BROKER_BACKOFF.delay(attempt)
+            log.warning(event, **where, attempt=attempt, delay=delay, reason=str(exc))
+            await anyio.sleep(delay)

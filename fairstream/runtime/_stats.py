@@ -73,11 +73,13 @@ class AppStats:
 
     The totals count since the app was created, partitions it no longer owns included:
     handler ``retries``, records ``dead_letters`` (published to a dead-letter topic) and
-    ``records_skipped`` (``on_error='skip'``), ``commits`` and ``commit_failures``,
-    ``rebalances`` (assignments received) and ``consumer_rebuilds``. ``protocol`` is
-    the assignment protocol the group chose at the last assignment (``fairstream-lag``,
-    or ``roundrobin`` while members of other clients share the group; README,
-    "Migrating an existing group"), ``None`` before one and on the in-memory broker.
+    ``records_skipped`` (``on_error='skip'``), ``records_skipped_by_retention`` (deleted
+    by retention before the group read them, found when a partition was assigned),
+    ``commits`` and ``commit_failures``, ``rebalances`` (assignments received) and
+    ``consumer_rebuilds``. ``protocol`` is the assignment protocol the group chose at
+    the last assignment (``fairstream-lag``, or ``roundrobin`` while members of other
+    clients share the group; README, "Migrating an existing group"), ``None`` before
+    one and on the in-memory broker.
     """
 
     group_id: str
@@ -90,6 +92,7 @@ class AppStats:
     retries: int = 0
     dead_letters: int = 0
     records_skipped: int = 0
+    records_skipped_by_retention: int = 0
     commits: int = 0
     commit_failures: int = 0
     rebalances: int = 0
@@ -114,6 +117,7 @@ class StatsRecorder:
         self.retries = 0
         self.dead_letters = 0
         self.records_skipped = 0
+        self.records_skipped_by_retention = 0
         self.commits = 0
         self.commit_failures = 0
         self.rebalances = 0
@@ -228,6 +232,10 @@ TOTALS = (
     ("retries", "handler calls repeated after a failure"),
     ("dead_letters", "records published to a dead-letter topic"),
     ("records_skipped", "records dropped after failing every attempt (on_error='skip')"),
+    (
+        "records_skipped_by_retention",
+        "records deleted by retention before the group read them",
+    ),
     ("commits", "offset commits the broker accepted"),
     ("commit_failures", "offset commits the broker refused (retried later)"),
     ("rebalances", "partition assignments received"),

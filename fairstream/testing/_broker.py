@@ -126,7 +126,11 @@ class EmbeddedBroker:
     ``data_dir`` is a fresh temporary directory unless given; it is removed on
     :meth:`stop` only when the broker created it. :meth:`restart` stops the process
     and starts it again on the same port and data directory (noida keeps its log
-    there; tansu keeps data in memory only).
+    there; tansu keeps data in memory only). For an outage of some length,
+    :meth:`stop_process` stops it the same way and :meth:`start` brings it back.
+
+    ``advertised_port`` (tansu only) is the port the broker tells clients to
+    connect to, for a proxy in front of it; clients bootstrap from that port too.
     """
 
     def __init__(
@@ -136,11 +140,20 @@ class EmbeddedBroker:
         port: int | None = None,
         data_dir: Path | None = None,
         start_timeout: float = 30.0,
+        advertised_port: int | None = None,
     ) -> None:
         if engine not in ENGINES:
             raise ConfigError(
                 "engine", engine, "unknown broker engine", f"choose one of {sorted(ENGINES)}"
             )
+        if advertised_port is not None and engine != "tansu":
+            raise ConfigError(
+                "advertised_port",
+                advertised_port,
+                f"the {engine} broker always advertises the port it listens on",
+                "use engine='tansu' to put a proxy in front of the broker",
+            )
+        self.advertised_port = advertised_port
         self.engine: Engine = engine
         self.info = ENGINES[engine]
         self.port = port or free_port()
@@ -170,7 +183,8 @@ class EmbeddedBroker:
                 str(self.data_dir),
             ]
         url = f"tcp://127.0.0.1:{self.port}"
-        return [binary, "broker", "--listener-url", url, "--advertised-listener-url", url]
+        advertised = f"tcp://127.0.0.1:{self.advertised_port or self.port}"
+        return [binary, "broker", "--listener-url", url, "--advertised-listener-url", advertised]
 
     def start(self) -> EmbeddedBroker:
         """Start the process and block until it answers a metadata request."""
@@ -233,6 +247,14 @@ class EmbeddedBroker:
         """Stop and start again on the same port and data directory."""
         self._terminate()
         self.start()
+
+    def stop_process(self) -> None:
+        """Stop the process (SIGTERM), keeping port and data: a broker outage.
+
+        Clients see their connections closed and refused until :meth:`start`.
+        """
+        self._terminate()
+        log.info("broker_process_stopped", engine=self.engine, bootstrap=self.bootstrap)
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()

@@ -1,4 +1,5 @@
-"""`fairstream lag`: committed, end, lag and open shadow ranges per partition; bad input exits 2."""
+"""`fairstream lag`: committed, end, lag, records deleted unread and open shadow ranges per
+partition; bad input exits 2."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import uuid
 import anyio
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.structs import OffsetAndMetadata
 
 from fairstream.cli import main
@@ -31,7 +33,8 @@ async def _commit(
 
 @pytest.fixture
 def group_with_shadow(noida: Broker, group_id: str) -> tuple[str, str]:
-    """A 3-partition topic: p0 committed plainly, p1 with open shadow ranges, p2 never."""
+    """A 3-partition topic: p0 committed plainly at 70, then retention (delete_records)
+    removed its first 100 records; p1 with open shadow ranges; p2 never committed."""
     topic = f"lag-{uuid.uuid4().hex[:10]}"
 
     async def prepare() -> None:
@@ -45,6 +48,12 @@ def group_with_shadow(noida: Broker, group_id: str) -> tuple[str, str]:
                 TopicPartition(topic, 1): (150, '{"shadow":[[5,9],[20,30]]}'),
             },
         )
+        admin = AIOKafkaAdminClient(bootstrap_servers=noida.bootstrap)
+        await admin.start()
+        try:
+            await admin.delete_records({TopicPartition(topic, 0): RecordsToDelete(100)})
+        finally:
+            await admin.close()
 
     anyio.run(prepare)
     return topic, group_id
@@ -81,7 +90,8 @@ def test_json_shows_each_partition_with_its_shadow_ranges(
                 "partition": 0,
                 "committed": 70,
                 "end": 200,
-                "lag": 130,
+                "lag": 100,
+                "deleted_unread": 30,
                 "shadow": [],
                 "shadow_records": 0,
             },
@@ -91,6 +101,7 @@ def test_json_shows_each_partition_with_its_shadow_ranges(
                 "committed": 150,
                 "end": 200,
                 "lag": 50,
+                "deleted_unread": 0,
                 "shadow": [[5, 9], [20, 30]],
                 "shadow_records": 14,
             },
@@ -100,6 +111,7 @@ def test_json_shows_each_partition_with_its_shadow_ranges(
                 "committed": None,
                 "end": 200,
                 "lag": None,
+                "deleted_unread": None,
                 "shadow": [],
                 "shadow_records": 0,
             },
@@ -121,14 +133,23 @@ def test_table_shows_the_same_facts(
     assert status == 0
     lines = {line.split("│")[2].strip(): line for line in out.splitlines() if topic in line}
     assert lines.keys() == {"0", "1", "2"}
-    assert [cell.strip() for cell in lines["1"].split("│")[3:8]] == [
+    assert [cell.strip() for cell in lines["0"].split("│")[3:9]] == [
+        "70",
+        "200",
+        "100",
+        "30",
+        "0",
+        "-",
+    ]
+    assert [cell.strip() for cell in lines["1"].split("│")[3:9]] == [
         "150",
         "200",
         "50",
+        "0",
         "14",
         "[5, 9) [20, 30)",
     ]
-    assert [cell.strip() for cell in lines["2"].split("│")[3:8]] == ["-", "200", "-", "0", "-"]
+    assert [cell.strip() for cell in lines["2"].split("│")[3:9]] == ["-", "200", "-", "-", "0", "-"]
 
 
 @pytest.mark.parametrize(

@@ -66,6 +66,9 @@ __all__ = [
     "kill_and_restart",
     "poison_records",
     "rebalance_storm",
+    "spawn_sink",
+    "start_noida",
+    "stop_sink",
 ]
 
 REPO = Path(__file__).parents[2]
@@ -94,12 +97,13 @@ class KillRestart:
     stderr: str
 
 
-def _spawn(env: dict[str, str], stderr: Path) -> subprocess.Popen[bytes]:
+def spawn_sink(env: dict[str, str], stderr: Path, *options: str) -> subprocess.Popen[bytes]:
+    """``fairstream run`` of :mod:`tests.reliability.sink_app`, with ``options`` added."""
     with open(stderr, "ab") as err:
         return subprocess.Popen(
             [
                 *(sys.executable, "-m", "fairstream", "--log-level", "WARNING", "run"),
-                *("tests.reliability.sink_app:build", "--log-format", "json"),
+                *("tests.reliability.sink_app:build", "--log-format", "json", *options),
             ],
             cwd=REPO,
             env={**os.environ, **env},
@@ -109,7 +113,9 @@ def _spawn(env: dict[str, str], stderr: Path) -> subprocess.Popen[bytes]:
         )
 
 
-async def _stop(process: subprocess.Popen[bytes], sig: signal.Signals, wait_limit: float) -> int:
+async def stop_sink(
+    process: subprocess.Popen[bytes], sig: signal.Signals, wait_limit: float
+) -> int:
     """Send ``sig`` to a process we started and wait for it; kill it if it hangs."""
     process.send_signal(sig)
     try:
@@ -165,19 +171,19 @@ async def kill_and_restart(
     if static:
         env["FAIRSTREAM_INSTANCE_ID"] = "sink-0"
     started = time.monotonic()
-    first = _spawn({**env, "SINK_TAG": "first"}, stderr)
+    first = spawn_sink({**env, "SINK_TAG": "first"}, stderr)
     try:
         await wait_for_sightings(sink_path, int(records * kill_after), wait_limit)
     finally:
-        await _stop(first, signal.SIGKILL, 10)
+        await stop_sink(first, signal.SIGKILL, 10)
     first_seen = len(read_sightings(sink_path))
     at_kill = await committed(bootstrap, group, topic, partitions)
     committed_at_kill = dict(enumerate(at_kill))
-    second = _spawn({**env, "SINK_TAG": "second"}, stderr)
+    second = spawn_sink({**env, "SINK_TAG": "second"}, stderr)
     try:
         await wait_for_sightings(sink_path, records, wait_limit)
     finally:
-        exit_code = await _stop(second, signal.SIGTERM, 30)
+        exit_code = await stop_sink(second, signal.SIGTERM, 30)
     seconds = time.monotonic() - started
     sightings = read_sightings(sink_path)
     label = "kill -9 + restart" + (", parallel rebalance" if parallel_rebalance else "")
@@ -364,6 +370,16 @@ async def rebalance_storm(
 # --- 3. the broker restarted on the same data directory -------------------------------
 
 
+async def start_noida(workdir: Path) -> EmbeddedBroker:
+    """A noida broker of the scenario's own, on a data directory under ``workdir``
+    (noida keeps its log there, so it can be stopped and started again)."""
+    data_dir = workdir / f"noida-{uuid.uuid4().hex[:8]}"
+    data_dir.mkdir()
+    broker = EmbeddedBroker("noida", data_dir=data_dir)
+    await anyio.to_thread.run_sync(broker.start)
+    return broker
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerRestart:
     result: Result
@@ -382,10 +398,7 @@ async def broker_restart(
     ``restarts`` times while one static member consumes; half the records are
     produced before the first restart, the rest after each one."""
     started = time.monotonic()
-    data_dir = workdir / f"noida-{uuid.uuid4().hex[:8]}"
-    data_dir.mkdir()
-    broker = EmbeddedBroker("noida", data_dir=data_dir)
-    await anyio.to_thread.run_sync(broker.start)
+    broker = await start_noida(workdir)
     try:
         bootstrap = broker.bootstrap
         topic = _topic("restart")

@@ -7,7 +7,8 @@ it and start it again:
 - ``SINK_GROUP_ID``, ``SINK_TOPIC``, ``SINK_PATH`` (the sink file), ``SINK_TAG``;
 - ``SINK_DELAY``: seconds the handler spends per record (default 0.001), so a
   SIGKILL lands in the middle of a batch;
-- ``SINK_MAX_BATCH``, ``SINK_COMMIT_INTERVAL``, ``SINK_SESSION_TIMEOUT_MS``;
+- ``SINK_MAX_BATCH``, ``SINK_COMMIT_INTERVAL``, ``SINK_SESSION_TIMEOUT_MS``,
+  ``SINK_SHUTDOWN_TIMEOUT``;
 - ``SINK_ASSIGNOR``, ``SINK_THRESHOLD``, ``SINK_SASL_PASSWORD``: for the bad
   configuration and secrets scenarios;
 - ``SINK_PARALLEL_REBALANCE=1``: KIP-333 parallel rebalance (the soak's variant);
@@ -59,6 +60,7 @@ def build() -> App:
         scheduler=SchedulerConfig(
             commit_interval=float(env.get("SINK_COMMIT_INTERVAL", "0.5")),
             max_batch=int(env.get("SINK_MAX_BATCH", "100")),
+            shutdown_timeout=float(env.get("SINK_SHUTDOWN_TIMEOUT", "30")),
         ),
         security=security,
     )
