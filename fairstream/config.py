@@ -12,7 +12,7 @@ import os
 import types
 import typing
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Literal
 
 from fairstream.errors import ConfigError
@@ -312,6 +312,17 @@ class SchedulerConfig:
         _positive("revoke_timeout", self.revoke_timeout, allow_zero=True)
         _positive("shutdown_timeout", self.shutdown_timeout, allow_zero=True)
         self.check_batch("max_batch", self.max_batch)
+
+    def overridden(
+        self, *, max_batch: int | None, ordering: Ordering | None, concurrency: int | None
+    ) -> SchedulerConfig:
+        """These settings with a subscriber's own (``None`` keeps these), checked alike."""
+        return replace(
+            self,
+            max_batch=self.max_batch if max_batch is None else max_batch,
+            ordering=self.ordering if ordering is None else ordering,
+            concurrency=self.concurrency if concurrency is None else concurrency,
+        )
 
     def check_batch(self, name: str, max_batch: int) -> None:
         """A dispatch holds only buffered records, so a larger batch could never fill."""

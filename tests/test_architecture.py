@@ -118,6 +118,12 @@ ROOMS = {
 }
 
 
+@pytest.mark.parametrize("room", sorted(ROOMS))
+def test_rooms_reach_kafka_through_the_ports(room: str) -> None:
+    """Only the public face picks the aiokafka clients; the rooms know the Protocols."""
+    assert "_clients" not in _runtime_imports(room)
+
+
 @pytest.mark.parametrize("module", sorted(FLOOR))
 def test_the_floor_imports_only_the_record(module: str) -> None:
     assert _runtime_imports(module) <= FLOOR[module]

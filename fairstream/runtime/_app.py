@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -28,21 +27,16 @@ from fairstream.config import (
     from_env,
 )
 from fairstream.errors import ConfigError, FairstreamError, HandlerAborted
-from fairstream.runtime._admin import BrokerAdmin
-from fairstream.runtime._assignors import make_assignor
-from fairstream.runtime._clients import AIOKafkaClients, KafkaClients
+from fairstream.runtime._clients import aiokafka_clients
 from fairstream.runtime._decode import (
     Decoder,
-    decoder_for,
-    decoding_keys,
-    key_decoder_for,
-    passthrough,
 )
 from fairstream.runtime._engine import Ack, Engine
-from fairstream.runtime._middleware import Middleware, bind_app, compose, publish_hooks
+from fairstream.runtime._middleware import Middleware, bind_app, check_middlewares, publish_hooks
+from fairstream.runtime._ports import KafkaClients
 from fairstream.runtime._record import Headers, Record
 from fairstream.runtime._stats import AppStats, prometheus_text
-from fairstream.runtime._subscriber import Handler, Subscriber
+from fairstream.runtime._subscriber import Subscriber, new_subscriber
 
 __all__ = ["App", "Health"]
 
@@ -62,6 +56,16 @@ class Health:
     alive: bool
     ready: bool
     state: str
+
+
+async def _stop_on_signals(engine: Engine) -> None:
+    """The first SIGINT/SIGTERM drains and commits; a second one cancels the handlers."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        received = 0
+        async for signum in signals:
+            received += 1
+            log.info("shutdown_requested", signal=signal.Signals(signum).name)
+            engine.request_stop(now=received > 1)
 
 
 def _encode(value: object) -> bytes | None:
@@ -137,9 +141,9 @@ class App:
         self.security = security or SecurityConfig()
         self.instance_id = instance_id or env.get("instance_id")
         self.ack: Ack = ack
-        self._clients_factory = clients or _aiokafka_clients
+        self._clients_factory = clients or aiokafka_clients
         self.middlewares = tuple(middlewares)
-        compose(_nothing, self.middlewares)  # a bad middleware fails here, not at registration
+        check_middlewares(self.middlewares)  # a bad middleware fails here, not at registration
         self._publish_hooks = publish_hooks(self.middlewares)
         bind_app(self.middlewares, self)
         self._subscribers: list[Subscriber] = []
@@ -241,16 +245,9 @@ class App:
             raise ConfigError(
                 "topics", sorted(taken), "already have a subscriber", "use one handler per topic"
             )
-        limit = max_batch if max_batch is not None else self.scheduler_config.max_batch
-        if limit <= 0:
-            raise ConfigError("max_batch", limit, "must be > 0")
-        self.scheduler_config.check_batch("max_batch", limit)
-        order = ordering if ordering is not None else self.scheduler_config.ordering
-        if order not in ("partition", "key", "none"):
-            raise ConfigError("ordering", order, "must be one of 'partition', 'key', 'none'")
-        in_flight = concurrency if concurrency is not None else self.scheduler_config.concurrency
-        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight <= 0:
-            raise ConfigError("concurrency", in_flight, "must be an int > 0")
+        settings = self.scheduler_config.overridden(
+            max_batch=max_batch, ordering=ordering, concurrency=concurrency
+        )
         catch_up = (
             self.parallel_rebalance
             if parallel_rebalance is None
@@ -258,35 +255,21 @@ class App:
         )
 
         def register(handler: H) -> H:
-            is_async = inspect.iscoroutinefunction(handler)  # kept apart: TypeGuard would widen H
-            if not is_async:
-                raise ConfigError(
-                    "handler",
-                    getattr(handler, "__qualname__", handler),
-                    "is not an async function",
-                    "define it with 'async def'",
-                )
             self._subscribers.append(
-                Subscriber(
-                    name=getattr(handler, "__qualname__", repr(handler)),
+                new_subscriber(
+                    handler,
                     topics=tuple(topics),
-                    handler=_with_middlewares(
-                        self,
-                        handler,
-                        middlewares,
-                        key_decoder_for(handler, batch=batch, key_decoder=key_decoder),
-                        batch=batch,
-                    ),
                     batch=batch,
-                    max_batch=limit,
-                    decoder=decoder_for(handler, batch=batch, decoder=decoder),
+                    settings=settings,
+                    decoder=decoder,
+                    key_decoder=key_decoder,
                     retry=retry or self.retry,
                     dead_letter=dead_letter or self.dead_letter,
                     parallel_rebalance=catch_up,
-                    ordering=order,
-                    concurrency=in_flight,
+                    middlewares=(*self.middlewares, *middlewares),
                 )
             )
+            bind_app(middlewares, self)
             return handler
 
         return register
@@ -330,18 +313,9 @@ class App:
             assert self._engine is not None
             engine = self._engine
             async with anyio.create_task_group() as tasks:
-                tasks.start_soon(self._stop_on_signals, engine)
+                tasks.start_soon(_stop_on_signals, engine)
                 await engine.stopped.wait()
                 tasks.cancel_scope.cancel()
-
-    @staticmethod
-    async def _stop_on_signals(engine: Engine) -> None:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            received = 0
-            async for signum in signals:
-                received += 1
-                log.info("shutdown_requested", signal=signal.Signals(signum).name)
-                engine.request_stop(now=received > 1)
 
     async def wait_ready(self) -> None:
         """Return once the app has joined its group and received its first assignment.
@@ -444,14 +418,7 @@ class App:
     def stats(self) -> AppStats:
         """Lag, queue depth, rates and latency per owned partition."""
         if self._engine is None:
-            return AppStats(
-                group_id=self.group_id,
-                member_id=None,
-                state="created",
-                buffered_records=0,
-                buffered_bytes=0,
-                partitions=(),
-            )
+            return AppStats.created(self.group_id)
         if self._clients is None:
             return self._engine.stats(None)
         return self._engine.stats(self._clients.member_id, self._clients.protocol)
@@ -475,30 +442,6 @@ class App:
         )
 
 
-def _with_middlewares(
-    app: App,
-    handler: H,
-    middlewares: Sequence[Middleware],
-    key_decoder: Decoder[Any],
-    *,
-    batch: bool,
-) -> Handler:
-    """``handler`` inside the app's middlewares and then its subscriber's own.
-
-    Keys are decoded (when asked) before the outermost middleware, so every
-    middleware sees the record the handler gets.
-    """
-    chain = compose(handler, (*app.middlewares, *middlewares))
-    bind_app(middlewares, app)
-    if key_decoder is passthrough:
-        return chain
-    return decoding_keys(chain, key_decoder, batch=batch)
-
-
-async def _nothing(_message: object) -> None:
-    """The innermost handler a chain is checked against before any is registered."""
-
-
 def _parallel_rebalance(setting: bool | ParallelRebalance, ack: Ack) -> ParallelRebalance | None:
     """The KIP-333 settings ``setting`` stands for: ``True`` means the defaults."""
     if isinstance(setting, ParallelRebalance):
@@ -520,36 +463,3 @@ def _parallel_rebalance(setting: bool | ParallelRebalance, ack: Ack) -> Parallel
             "the runtime commits the shadow's progress itself; use ack='auto' or turn it off",
         )
     return chosen
-
-
-def _aiokafka_clients(app: App, subscribers: list[Subscriber]) -> KafkaClients:
-    if not app.bootstrap:
-        raise ConfigError(
-            "bootstrap",
-            app.bootstrap,
-            "no Kafka bootstrap address",
-            "pass App(bootstrap='host:port') or set FAIRSTREAM_BOOTSTRAP",
-        )
-    dead_letter_topics = {
-        topic: sub.dead_letter.topic_for(topic)
-        for sub in subscribers
-        if sub.dead_letter.on_error == "dead_letter"
-        for topic in sub.topics
-    }
-    return AIOKafkaClients(
-        bootstrap=app.bootstrap,
-        group_id=app.group_id,
-        consumer_config=app.consumer_config,
-        producer_config=app.producer_config,
-        security=app.security,
-        assignor=make_assignor(
-            app.assignor,
-            bootstrap=app.bootstrap,
-            group_id=app.group_id,
-            auto_offset_reset=app.consumer_config.auto_offset_reset,
-            security=app.security,
-        ),
-        instance_id=app.instance_id,
-        dead_letter_topics=dead_letter_topics,
-        admin=BrokerAdmin(app.bootstrap, security=app.security),
-    )

@@ -1,21 +1,16 @@
 """The engine's edge to Kafka: a consumer, a producer, and the start-up checks.
 
-The engine talks to :class:`KafkaClients`, a small Protocol; :class:`AIOKafkaClients`
-implements it with aiokafka for real clusters and ``fairstream.testing`` with an
-in-memory broker. Third-party errors are wrapped here, at the boundary, into
-messages that say what to check.
-
-Parallel rebalance (KIP-333) needs more: committed metadata, true end offsets, a
-seek, and group-less shadow readers. That is :class:`ShadowClients`, a separate,
-optional Protocol: clients without it (the in-memory kit, for now) consume plainly.
+:class:`AIOKafkaClients` implements the ports of ``_ports`` (``KafkaClients`` and
+``ShadowClients``) with aiokafka for real clusters. Third-party errors are wrapped
+here, at the boundary, into messages that say what to check.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Protocol, runtime_checkable
+from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import structlog
@@ -29,141 +24,17 @@ from aiokafka.errors import (
 from fairstream.config import ConsumerConfig, ProducerConfig, SecurityConfig
 from fairstream.errors import BrokerError, ConfigError, describe
 from fairstream.runtime._admin import BrokerAdmin, may_pass, stop_quietly
-from fairstream.runtime._assignors import PlanningAssignor
+from fairstream.runtime._assignors import PlanningAssignor, make_assignor
 from fairstream.runtime._dead_letter import dead_letter_copies
 from fairstream.runtime._direct_records import build_records_directly
 from fairstream.runtime._join import offer_all_at_once
+from fairstream.runtime._ports import AppSettings, ConsumerPort, ShadowReader
 from fairstream.runtime._record import TP, Headers, Record, as_records
 from fairstream.runtime._subscriber import Subscriber
 
-__all__ = [
-    "AIOKafkaClients",
-    "ConsumerPort",
-    "KafkaClients",
-    "ShadowClients",
-    "ShadowReader",
-    "consumer_broken",
-]
+__all__ = ["AIOKafkaClients", "aiokafka_clients"]
 
 log = structlog.get_logger(__name__)
-
-
-class ConsumerPort(Protocol):
-    """The part of aiokafka's consumer API the engine uses.
-
-    ``getmany`` returns aiokafka's records, or undecoded Records where
-    they are built directly (``_direct_records``); the engine copies the former.
-    """
-
-    async def getmany(
-        self, *partitions: Any, timeout_ms: int = ..., max_records: int | None = ...
-    ) -> dict[Any, list[Any]]: ...
-    def pause(self, *partitions: Any) -> None: ...
-    def resume(self, *partitions: Any) -> None: ...
-    async def commit(self, offsets: Mapping[Any, Any] | None = ...) -> None: ...
-    def highwater(self, partition: Any) -> int | None: ...
-
-
-class KafkaClients(Protocol):
-    """What the engine needs from a Kafka connection."""
-
-    @property
-    def consumer(self) -> ConsumerPort: ...
-    @property
-    def member_id(self) -> str | None: ...
-    @property
-    def protocol(self) -> str | None:
-        """The protocol the group chose at the last assignment; ``None`` before one."""
-        ...
-
-    async def start(self, topics: Sequence[str], listener: ConsumerRebalanceListener) -> None: ...
-    async def restart_consumer(self) -> None:
-        """Replace the consumer with a new one, subscribed as :meth:`start` left it.
-
-        For a consumer that :func:`consumer_broken` says will not recover; the engine
-        revokes its partitions first. The new one rejoins the group (same instance id).
-
-        :raises BrokerError: the new consumer could not start.
-        """
-        ...
-
-    async def partition_counts(self, topics: Collection[str]) -> dict[str, int]:
-        """Topic -> partition count, for the topics of ``topics`` that exist.
-
-        :raises BrokerError: the query failed.
-        """
-        ...
-
-    async def publish(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | None = None,
-        headers: Headers = (),
-        partition: int | None = None,
-    ) -> None: ...
-    async def dead_letter(
-        self, subscriber: Subscriber, raw: Any, error: BaseException, attempts: int
-    ) -> None: ...
-    async def aclose(self) -> None: ...
-
-
-class ShadowReader(Protocol):
-    """A group-less reader of one partition, for a KIP-333 shadow task."""
-
-    def seek(self, offset: int) -> None: ...
-    async def read(self, end: int) -> list[Record[bytes]] | None:
-        """The next records below ``end`` (maybe none yet); ``None`` once it reached ``end``.
-
-        Undecoded, and marked ``replay``.
-
-        :raises BrokerError: reading failed (``retriable`` says whether to try again).
-        """
-        ...
-
-
-@runtime_checkable
-class ShadowClients(Protocol):
-    """What parallel rebalance needs beyond :class:`KafkaClients`; optional."""
-
-    async def committed_offsets(self, tps: Collection[TP]) -> dict[TP, tuple[int, str] | None]:
-        """The group's committed offset and metadata per partition (``None``: no commit).
-
-        :raises BrokerError: the query failed.
-        """
-        ...
-
-    async def offset_bounds(self, tps: Collection[TP]) -> dict[TP, tuple[int, int]]:
-        """Log start and end offset (high watermark) per partition.
-
-        :raises BrokerError: the query failed.
-        """
-        ...
-
-    async def log_start_offsets(self, tps: Collection[TP]) -> dict[TP, int]:
-        """The first offset retention kept, per partition.
-
-        :raises BrokerError: the query failed.
-        """
-        ...
-
-    def seek(self, tp: TP, offset: int) -> None:
-        """Move the group consumer's next fetch of ``tp`` (in the assign listener)."""
-        ...
-
-    def shadow_reader(self, tp: TP) -> AbstractAsyncContextManager[ShadowReader]: ...
-
-
-def consumer_broken(exc: KafkaError) -> bool:
-    """Whether ``exc`` from ``getmany`` means the consumer must be replaced.
-
-    aiokafka raises failures of group coordination it did not foresee as a bare
-    ``KafkaError``, among them its coordinator task ending on a SyncGroup assignment
-    it cannot decode: every later call then raises it again. Errors a user must act
-    on (authorization, invalid settings) have classes of their own.
-    """
-    return type(exc) is KafkaError
 
 
 def _read_error(clients: AIOKafkaClients, what: str, exc: KafkaError) -> BrokerError:
@@ -508,3 +379,40 @@ class _AIOKafkaShadowReader:
             what = f"{tp.topic}[{tp.partition}] for the shadow"
             raise _read_error(self._clients, what, exc) from exc
         return [r for r in as_records(batches.get(tp, []), replay=True) if r.offset < end]
+
+
+def aiokafka_clients(app: AppSettings, subscribers: Sequence[Subscriber]) -> AIOKafkaClients:
+    """The clients an App runs on by default: aiokafka's, for the App's settings.
+
+    :raises ConfigError: no bootstrap address.
+    """
+    if not app.bootstrap:
+        raise ConfigError(
+            "bootstrap",
+            app.bootstrap,
+            "no Kafka bootstrap address",
+            "pass App(bootstrap='host:port') or set FAIRSTREAM_BOOTSTRAP",
+        )
+    dead_letter_topics = {
+        topic: sub.dead_letter.topic_for(topic)
+        for sub in subscribers
+        if sub.dead_letter.on_error == "dead_letter"
+        for topic in sub.topics
+    }
+    return AIOKafkaClients(
+        bootstrap=app.bootstrap,
+        group_id=app.group_id,
+        consumer_config=app.consumer_config,
+        producer_config=app.producer_config,
+        security=app.security,
+        assignor=make_assignor(
+            app.assignor,
+            bootstrap=app.bootstrap,
+            group_id=app.group_id,
+            auto_offset_reset=app.consumer_config.auto_offset_reset,
+            security=app.security,
+        ),
+        instance_id=app.instance_id,
+        dead_letter_topics=dead_letter_topics,
+        admin=BrokerAdmin(app.bootstrap, security=app.security),
+    )

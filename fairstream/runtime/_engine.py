@@ -24,10 +24,10 @@ from aiokafka.structs import OffsetAndMetadata
 
 from fairstream.config import OffsetReset, SchedulerConfig
 from fairstream.errors import FairstreamError
-from fairstream.runtime._clients import KafkaClients, ShadowClients
 from fairstream.runtime._fetch import Fetcher
 from fairstream.runtime._handling import DispatchRunner
 from fairstream.runtime._offsets import OffsetTracker
+from fairstream.runtime._ports import KafkaClients, ShadowClients
 from fairstream.runtime._reachability import BrokerWatch
 from fairstream.runtime._rebalance import Ack, Rebalancer
 from fairstream.runtime._record import TP, Record

@@ -22,7 +22,7 @@ from aiokafka.errors import KafkaError
 
 from fairstream.config import SchedulerConfig
 from fairstream.errors import BrokerError, FairstreamError
-from fairstream.runtime._clients import KafkaClients, consumer_broken
+from fairstream.runtime._ports import KafkaClients, consumer_broken
 from fairstream.runtime._record import TP, Record, as_records, record_bytes
 from fairstream.runtime._scheduler import Dispatch, FairScheduler, PartitionQueue
 

@@ -30,7 +30,15 @@ from typing import Any, Protocol
 from fairstream.errors import ConfigError
 from fairstream.runtime._record import Headers
 
-__all__ = ["CallNext", "Middleware", "PublishHeaders", "bind_app", "compose", "publish_hooks"]
+__all__ = [
+    "CallNext",
+    "Middleware",
+    "PublishHeaders",
+    "bind_app",
+    "check_middlewares",
+    "compose",
+    "publish_hooks",
+]
 
 CallNext = Callable[[Any], Awaitable[None]]
 """The rest of the chain: ``await call_next(message)`` runs it and the handler."""
@@ -87,3 +95,15 @@ def bind_app(middlewares: Sequence[Middleware], app: object) -> None:
         bind = getattr(middleware, "bind_app", None)
         if callable(bind):
             bind(app)
+
+
+async def _nothing(_message: object) -> None:
+    """The innermost handler a chain is checked against before any is registered."""
+
+
+def check_middlewares(middlewares: Sequence[Middleware]) -> None:
+    """Fail where the middlewares are given, not when the first handler registers.
+
+    :raises ConfigError: for a middleware that is not callable.
+    """
+    compose(_nothing, middlewares)

@@ -19,8 +19,8 @@ from aiokafka.structs import OffsetAndMetadata
 
 from fairstream.config import OffsetReset
 from fairstream.errors import FairstreamError
-from fairstream.runtime._clients import KafkaClients, ShadowClients
 from fairstream.runtime._offsets import OffsetTracker
+from fairstream.runtime._ports import KafkaClients, ShadowClients
 from fairstream.runtime._record import TP, Record
 from fairstream.runtime._retry import retry_broker
 from fairstream.runtime._scheduler import FairScheduler

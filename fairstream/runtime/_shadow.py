@@ -42,8 +42,8 @@ import structlog
 from fairstream.config import ParallelRebalance, ShadowHandoff
 from fairstream.errors import BrokerError, FairstreamError
 from fairstream.ranges import OffsetRange, decode_shadow, encode_shadow, merge_ranges
-from fairstream.runtime._clients import ShadowClients, ShadowReader
 from fairstream.runtime._offsets import OffsetTracker
+from fairstream.runtime._ports import ShadowClients, ShadowReader
 from fairstream.runtime._record import TP, record_bytes
 from fairstream.runtime._scheduler import FairScheduler
 

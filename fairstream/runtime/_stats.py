@@ -99,6 +99,18 @@ class AppStats:
     consumer_rebuilds: int = 0
     handler_latency: HandlerLatency = field(default_factory=HandlerLatency)
 
+    @classmethod
+    def created(cls, group_id: str) -> AppStats:
+        """The stats of an app that has not started: no member, nothing owned."""
+        return cls(
+            group_id=group_id,
+            member_id=None,
+            state="created",
+            buffered_records=0,
+            buffered_bytes=0,
+            partitions=(),
+        )
+
     @property
     def handled(self) -> int:
         return sum(p.handled for p in self.partitions)

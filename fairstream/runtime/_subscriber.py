@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fairstream.config import DeadLetterPolicy, Ordering, ParallelRebalance, RetryPolicy
-from fairstream.runtime._decode import Decoder
+from fairstream.config import (
+    DeadLetterPolicy,
+    Ordering,
+    ParallelRebalance,
+    RetryPolicy,
+    SchedulerConfig,
+)
+from fairstream.errors import ConfigError
+from fairstream.runtime._decode import (
+    Decoder,
+    decoder_for,
+    decoding_keys,
+    key_decoder_for,
+    passthrough,
+)
+from fairstream.runtime._middleware import Middleware, compose
 
-__all__ = ["Handler", "Subscriber"]
+__all__ = ["Handler", "Subscriber", "new_subscriber"]
 
 Handler = Callable[[Any], Awaitable[None]]
 
@@ -43,3 +58,49 @@ class Subscriber:
     def keyed(self) -> bool:
         """Its records run per key (or alone), not one partition dispatch at a time."""
         return self.ordering != "partition" and not self.batch
+
+
+def new_subscriber(
+    handler: Callable[..., Awaitable[None]],
+    *,
+    topics: tuple[str, ...],
+    batch: bool,
+    settings: SchedulerConfig,
+    decoder: Decoder[Any] | None,
+    key_decoder: Decoder[Any] | None,
+    retry: RetryPolicy,
+    dead_letter: DeadLetterPolicy,
+    parallel_rebalance: ParallelRebalance | None,
+    middlewares: Sequence[Middleware],
+) -> Subscriber:
+    """What ``@app.subscriber(...)`` registers for ``handler``, checked once, here.
+
+    ``middlewares`` are the app's then the subscriber's, the first outermost. Keys are
+    decoded (when asked) before the outermost one, so every middleware sees the
+    record the handler gets.
+
+    :raises ConfigError: a sync handler, one that does not take exactly one record
+        (list), or an unresolvable hint.
+    """
+    if not inspect.iscoroutinefunction(handler):
+        raise ConfigError(
+            "handler",
+            getattr(handler, "__qualname__", handler),
+            "is not an async function",
+            "define it with 'async def'",
+        )
+    chain = compose(handler, middlewares)
+    keys = key_decoder_for(handler, batch=batch, key_decoder=key_decoder)
+    return Subscriber(
+        name=getattr(handler, "__qualname__", repr(handler)),
+        topics=topics,
+        handler=chain if keys is passthrough else decoding_keys(chain, keys, batch=batch),
+        batch=batch,
+        max_batch=settings.max_batch,
+        decoder=decoder_for(handler, batch=batch, decoder=decoder),
+        retry=retry,
+        dead_letter=dead_letter,
+        parallel_rebalance=parallel_rebalance,
+        ordering=settings.ordering,
+        concurrency=settings.concurrency,
+    )

@@ -29,8 +29,8 @@ from aiokafka.structs import ConsumerRecord
 
 from fairstream.assign import GroupSnapshot, plan
 from fairstream.errors import ConfigError
-from fairstream.runtime._clients import ConsumerPort, KafkaClients
 from fairstream.runtime._dead_letter import dead_letter_headers
+from fairstream.runtime._ports import ConsumerPort, KafkaClients
 from fairstream.runtime._record import Headers
 from fairstream.runtime._subscriber import Subscriber
 
