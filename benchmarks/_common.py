@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Literal
 
 from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord
 
 from fairstream.testing import EmbeddedBroker
@@ -28,6 +29,16 @@ def cluster(bootstrap: str | None) -> Iterator[str]:
         return
     with EmbeddedBroker("noida") as broker:
         yield broker.bootstrap
+
+
+async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create ``topic`` with ``partitions`` partitions, replication 1."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
 
 
 def add_bootstrap_option(parser: argparse.ArgumentParser) -> None:

@@ -33,9 +33,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
-from _common import add_bootstrap_option, cluster
+from _common import add_bootstrap_option, cluster, create_topic
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from faststream.kafka import KafkaBroker
 
 from fairstream import App, Record, SchedulerConfig, logs
@@ -127,12 +126,7 @@ def faststream_way(max_workers: int | None) -> Way:
 
 async def produce(bootstrap: str, partitions: int, records: int, keys: int) -> str:
     topic = f"bench-conc-{uuid.uuid4().hex[:8]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        await admin.close()
+    await create_topic(bootstrap, topic, partitions)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
     await producer.start()
     try:

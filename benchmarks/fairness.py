@@ -61,9 +61,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
 from typing import Protocol
 
-from _common import add_bootstrap_option, cluster, raw_aiokafka_loop
+from _common import add_bootstrap_option, cluster, create_topic, raw_aiokafka_loop
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 
 from fairstream import App, Record, logs
@@ -184,12 +183,7 @@ async def produce_backlog(
     bootstrap: str, topic: str, partitions: int, backlog: int, value_bytes: int
 ) -> None:
     """Create the topic and fill the backlog partition in whole batches."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        await admin.close()
+    await create_topic(bootstrap, topic, partitions)
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, max_batch_size=1 << 20, max_request_size=4 << 20
     )

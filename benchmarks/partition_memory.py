@@ -18,9 +18,8 @@ import sys
 import uuid
 from pathlib import Path
 
-from _common import add_bootstrap_option, cluster
+from _common import add_bootstrap_option, cluster, create_topic
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 import fairstream
 from fairstream import logs
@@ -84,12 +83,7 @@ def child(args: argparse.Namespace) -> None:
 async def make_topic(bootstrap: str, partitions: int) -> str:
     """A topic of ``partitions`` partitions holding one small record in each."""
     topic = f"bench-memory-{uuid.uuid4().hex[:8]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        await admin.close()
+    await create_topic(bootstrap, topic, partitions)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     try:

@@ -66,9 +66,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 
-from _common import Commits, add_bootstrap_option, cluster, raw_aiokafka_loop
+from _common import Commits, add_bootstrap_option, cluster, create_topic, raw_aiokafka_loop
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord
 from faststream.kafka import KafkaBroker
 
@@ -273,12 +272,7 @@ async def produce(
     bootstrap: str, topic: str, partitions: int, records: int, value_bytes: int
 ) -> dict[TopicPartition, int]:
     """Create the topic, fill it in whole batches, and return its end offsets."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        await admin.close()
+    await create_topic(bootstrap, topic, partitions)
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, max_batch_size=1 << 20, max_request_size=4 << 20
     )
