@@ -247,9 +247,14 @@ class SchedulerConfig:
     dispatch before the scheduler moves on to the next partition. Records are
     pulled from aiokafka only into partition queues below ``queue_target_records``
     and ``queue_target_bytes``, and one pull brings at most what is left under
-    ``max_buffered_records``, the records decoded ahead of the handlers in all
-    live queues together. A KIP-333 shadow reads into a queue of its own, up to
-    ``queue_target_records`` plus one read, so it never takes the live pulls' room.
+    ``max_buffered_records`` (the records decoded ahead of the handlers in all
+    live queues together), and no more than an even share of it per partition
+    wanting records, or one queue target if that is more: aiokafka fills a pull
+    from one partition after another, so a bigger pull would let one backlog
+    partition take the whole buffer while a slow handler leaves the others idle
+    (``benchmarks/RESULTS.md``, "Concurrency"). A KIP-333 shadow reads into a queue
+    of its own, up to ``queue_target_records`` plus one read, so it never takes the
+    live pulls' room.
     ``max_buffered_bytes`` bounds the size of all queues, shadows included.
 
     ``commit_timeout`` bounds one commit: aiokafka retries a retriable commit error
@@ -278,7 +283,10 @@ class SchedulerConfig:
     die young, so the garbage collector never promotes and rescans them (raising
     ``max_buffered_records`` from 2,000 to 4,000 doubles its work, see
     ``benchmarks/RESULTS.md``). A dispatch holds only buffered records, so keep
-    ``max_batch`` at or below ``max_buffered_records``.
+    ``max_batch`` at or below ``max_buffered_records``. At hundreds of owned
+    partitions the same defaults cost throughput (0.63x raw aiokafka at 512
+    partitions, 0.49x at 2,048, per pull not per buffer size: RESULTS.md, "Partition
+    count sweep"); they are kept until pulls stop costing per owned partition.
     """
 
     partition_quota: int = 100
