@@ -139,6 +139,11 @@ class AIOKafkaClients:
     def protocol(self) -> str | None:
         return self._assignor.protocol
 
+    @property
+    def assignor(self) -> PlanningAssignor:
+        """This member's assignor: what it planned last (as leader) and from which lags."""
+        return self._assignor
+
     async def _start(self, client: Any, what: str) -> None:
         try:
             await client.start()
