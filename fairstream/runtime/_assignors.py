@@ -10,9 +10,16 @@ state every consumer in a process shares (aiokafka issue #1175).
 network (the KAFKA-5337 prototype blocks there). For ``lag``, each member reads
 the group's lags asynchronously just before it joins - aiokafka awaits the
 rebalance listener's ``on_partitions_revoked`` before every join, the first one
-included - and the leader's ``assign`` uses that reading. If it is missing,
-stale or does not cover the group's topics, the leader plans ``fair`` instead and
-logs ``lag_snapshot_unusable`` with a ``reason``.
+included - and the leader's ``assign`` uses that reading. Members may subscribe to
+different topics (KIP-49's rolling update), so each reads lag for its own
+subscription, every topic the group's members subscribed to at the last
+DescribeGroups, and the topics it saw when it last planned. A topic whose lag is
+still missing is planned by count (zero lag: count balance per topic, previous
+owners kept) and the rest by lag, with a ``lag_snapshot_partial`` warning; the
+leader then asks the group for one follow-up rebalance, at which it has read that
+topic's lag too (once per newly missing topic, so a topic whose lag cannot be read
+never makes the group rebalance in a loop). If the reading is missing or stale, the
+leader plans ``fair`` instead and logs ``lag_snapshot_unusable`` with a ``reason``.
 
 Each member also reports the partitions it owns in its join metadata, so the
 leader can hand the planners a previous assignment whoever led last time.
@@ -29,7 +36,6 @@ and fairstream's owned partitions only in the user data), which those clients re
 from __future__ import annotations
 
 import inspect
-import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +54,7 @@ from fairstream.assign import STRATEGIES, Assignment, GroupSnapshot, strategy_na
 from fairstream.config import SecurityConfig
 from fairstream.errors import BrokerError, ConfigError
 from fairstream.runtime._admin import AutoOffsetReset, BrokerAdmin
+from fairstream.runtime._member_data import encode_owned, reported_owners
 
 __all__ = [
     "LagReading",
@@ -76,11 +83,6 @@ def protocol_name(strategy: str) -> str:
     return strategy if strategy in _KAFKA_NAMED else f"fairstream-{strategy}"
 
 
-_RESTARTS = ""
-"""User-data key for how often this member's consumer was rebuilt. No topic can be
-named "", so every leader's owned-partitions reader skips it, older ones included."""
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LagReading:
     """The group's lag per partition, and when (on the assignor's clock) it was read."""
@@ -98,6 +100,8 @@ class PlanRecord:
     snapshot: GroupSnapshot
     previous: Assignment | None
     assignment: Assignment
+    by_count: frozenset[str] = frozenset()
+    """Topics whose lag was unknown, planned by count."""
 
 
 @final
@@ -143,6 +147,8 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self._owned: dict[str, list[int]] = {}
         self._restarts = 0
         self._group_topics: frozenset[str] = frozenset()
+        self._follow_up: frozenset[str] = frozenset()
+        self._followed_up: frozenset[str] = frozenset()
         self.last_plan: PlanRecord | None = None
         self.protocol: str | None = None
         """The protocol the group chose at this member's last assignment."""
@@ -164,10 +170,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
 
         After :meth:`consumer_restarted` the user data also counts the restarts.
         """
-        data: dict[str, list[int]] = dict(self._owned)
-        if self._restarts:
-            data[_RESTARTS] = [self._restarts]
-        user_data = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+        user_data = encode_owned(self._owned, self._restarts)
         return ConsumerProtocolMemberMetadata(self.version, sorted(topics), user_data)
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
@@ -224,8 +227,12 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self._group_topics = frozenset(counts)
         strategy, reason = chosen, ""
         lag: dict[str, tuple[int, ...]] = {}
+        by_count: frozenset[str] = frozenset()
         if strategy == "lag":
             lag, reason = self._lag_for(counts)
+            if not reason:
+                by_count = frozenset(counts.keys() - lag.keys())
+                self._want_follow_up(by_count)
         if reason:
             log.warning("lag_snapshot_unusable", reason=reason, fallback=_FALLBACK)
             strategy = _FALLBACK
@@ -234,7 +241,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             partitions=counts,
             lag=lag,
         )
-        previous = _reported_owners(members, counts)
+        previous = reported_owners(members, counts)
         result = STRATEGIES[strategy](snapshot, previous)
         protocol = protocol_name(chosen)
         self.last_plan = PlanRecord(
@@ -243,6 +250,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             snapshot=snapshot,
             previous=previous,
             assignment=result,
+            by_count=by_count,
         )
         log.info(
             "assignment_planned",
@@ -261,23 +269,49 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         }
 
     def _lag_for(self, counts: Mapping[str, int]) -> tuple[dict[str, tuple[int, ...]], str]:
-        """The reading's lag for these topics, or why it cannot be used."""
+        """The reading's lag for the topics it covers, or why none of it can be used."""
         reading = self._reading
         if reading is None:
             return {}, "no_lag_snapshot"
         if self._clock() - reading.taken_at > self._max_age:
             return {}, "lag_snapshot_stale"
-        if any(len(reading.lag.get(topic, ())) != count for topic, count in counts.items()):
-            return {}, "lag_snapshot_incomplete"
-        return {topic: reading.lag[topic] for topic in counts}, ""
+        return {
+            topic: reading.lag[topic]
+            for topic, count in counts.items()
+            if len(reading.lag.get(topic, ())) == count
+        }, ""
+
+    def _want_follow_up(self, by_count: frozenset[str]) -> None:
+        """Note whether this plan needs a follow-up once the missing lags are read."""
+        if not by_count:
+            self._follow_up = self._followed_up = frozenset()
+            return
+        log.warning("lag_snapshot_partial", topics=sorted(by_count), planned_by="count")
+        # Only topics not followed up yet: one whose lag cannot be read is not retried.
+        self._follow_up = by_count - self._followed_up
+
+    def take_follow_up(self) -> bool:
+        """Whether the group should rebalance again now that this leader knows more topics.
+
+        True once after a plan that left newly seen topics to count balance: the
+        next join's reading covers them (they are among the group's topics now).
+        """
+        wanted, self._follow_up = self._follow_up, frozenset()
+        if not wanted:
+            return False
+        self._followed_up |= wanted
+        log.info("lag_follow_up_requested", topics=sorted(wanted))
+        return True
 
     # --- asynchronous side: runs before each join ----------------------------------
 
     async def refresh_lag(self, topics: Iterable[str]) -> None:
-        """Read the group's lag for ``topics`` and the group's last known topics.
+        """Read the group's lag for ``topics`` and every topic the group subscribes to.
 
-        Await it before every join (the listener from :meth:`listener` does); a
-        failure is logged and leaves the previous reading, which may then be stale.
+        The group's topics are those its members report in DescribeGroups and those
+        this member saw when it last planned. Await it before every join (the
+        listener from :meth:`listener` does); a failure is logged and leaves the
+        previous reading, which may then be stale.
         """
         if "lag" not in self.strategies:
             return
@@ -286,6 +320,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             if self._admin is None:
                 self._admin = BrokerAdmin(self._bootstrap, security=self._security)
             await self._admin.start()
+            wanted |= await self._members_topics(self._admin)
             counts = await self._admin.partition_counts(wanted)
             lag = await self._admin.topic_lags(
                 self._group_id, counts, auto_offset_reset=self._reset
@@ -294,6 +329,15 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             log.warning("lag_refresh_failed", group_id=self._group_id, reason=str(exc))
             return
         self.use_lag(lag)
+
+    async def _members_topics(self, admin: BrokerAdmin) -> set[str]:
+        """What the group's members subscribed to at their last join (none if unread)."""
+        try:
+            group = await admin.describe_group(self._group_id)
+        except BrokerError as exc:
+            log.info("group_topics_unread", group_id=self._group_id, reason=str(exc))
+            return set()
+        return {topic for member in group.members.values() for topic in member.topics}
 
     def use_lag(self, lag: Mapping[str, tuple[int, ...]]) -> None:
         """Hand over a lag reading taken now (by :meth:`refresh_lag` or a background task)."""
@@ -393,44 +437,26 @@ class _RefreshingListener(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         if self._inner is not None:
             await _maybe_await(self._inner.on_partitions_assigned(assigned))
+        if self._assignor.take_follow_up():
+            request_rebalance(self._consumer)
+
+
+def request_rebalance(consumer: AIOKafkaConsumer) -> bool:
+    """Make the consumer rejoin its group, so that the group rebalances.
+
+    aiokafka has no public call for it; ``_coordinator.request_rejoin()`` is what it
+    uses itself on a subscription change (private, guarded: a warning if it is gone).
+    aiokafka resets the request before SyncGroup, so asking from the assigned
+    callback is not lost.
+    """
+    rejoin = getattr(getattr(consumer, "_coordinator", None), "request_rejoin", None)
+    if not callable(rejoin):
+        log.warning("rebalance_request_unavailable", reason="aiokafka has no request_rejoin")
+        return False
+    rejoin()
+    return True
 
 
 async def _maybe_await(result: Any) -> None:
     if inspect.isawaitable(result):
         await result
-
-
-def _reported_owners(
-    members: Mapping[str, ConsumerProtocolMemberMetadata], counts: Mapping[str, int]
-) -> Assignment | None:
-    """The previous assignment members report; partitions claimed twice are dropped."""
-    claims: dict[tuple[str, int], list[str]] = {}
-    for member_id, meta in sorted(members.items()):
-        for topic, partitions in _decode_owned(member_id, meta.user_data).items():
-            for partition in partitions:
-                if topic in counts and 0 <= partition < counts[topic]:
-                    claims.setdefault((topic, partition), []).append(member_id)
-    owned: dict[str, dict[str, list[int]]] = {}
-    for (topic, partition), claimants in claims.items():
-        if len(claimants) == 1:
-            owned.setdefault(claimants[0], {}).setdefault(topic, []).append(partition)
-    if not owned:
-        return None
-    return Assignment(
-        {m: {t: tuple(ps) for t, ps in topics.items()} for m, topics in owned.items()}
-    )
-
-
-def _decode_owned(member_id: str, user_data: bytes) -> dict[str, list[int]]:
-    if not user_data:
-        return {}
-    try:
-        decoded = json.loads(user_data)
-    except ValueError:
-        decoded = None
-    if not isinstance(decoded, dict) or not all(
-        isinstance(ps, list) and all(isinstance(p, int) for p in ps) for ps in decoded.values()
-    ):
-        log.warning("owned_partitions_unreadable", member_id=member_id, reason="not_our_format")
-        return {}
-    return decoded
