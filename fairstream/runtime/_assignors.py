@@ -35,14 +35,13 @@ and fairstream's owned partitions only in the user data), which those clients re
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, final
+from typing import final
 
 import structlog
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.cluster import ClusterMetadata
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.protocol import (
@@ -54,6 +53,7 @@ from fairstream.assign import STRATEGIES, Assignment, GroupSnapshot, strategy_na
 from fairstream.config import SecurityConfig
 from fairstream.errors import BrokerError, ConfigError
 from fairstream.runtime._admin import AutoOffsetReset, BrokerAdmin
+from fairstream.runtime._lag_listener import RefreshingListener
 from fairstream.runtime._member_data import encode_owned, reported_owners
 
 __all__ = [
@@ -61,6 +61,7 @@ __all__ = [
     "PlanRecord",
     "PlanningAssignor",
     "StrategyOffer",
+    "check_replan_interval",
     "make_assignor",
     "protocol_name",
 ]
@@ -126,6 +127,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         max_lag_age_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         security: SecurityConfig | None = None,
+        replan_interval_s: float | None = None,
     ) -> None:
         self.strategies = strategy_names(strategy)
         if "lag" in self.strategies and (not bootstrap or not group_id):
@@ -135,6 +137,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
                 "the lag strategy reads the group's lag from the cluster",
                 "pass bootstrap= and group_id= to make_assignor",
             )
+        self.replan_interval_s = check_replan_interval(strategy, replan_interval_s)
         self.strategy = self.strategies[0]
         self._bootstrap = bootstrap or ""
         self._group_id = group_id or ""
@@ -149,6 +152,9 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self._group_topics: frozenset[str] = frozenset()
         self._follow_up: frozenset[str] = frozenset()
         self._followed_up: frozenset[str] = frozenset()
+        self._planned = False
+        self.leading = False
+        """Whether this member planned the generation it is in (it led the group)."""
         self.last_plan: PlanRecord | None = None
         self.protocol: str | None = None
         """The protocol the group chose at this member's last assignment."""
@@ -181,6 +187,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         """The group gave us ``assignment`` under ``protocol`` (whoever planned it)."""
         self._owned = {topic: sorted(ps) for topic, ps in assignment.assignment if ps}
         self.protocol = protocol
+        self.leading, self._planned = self._planned, False
         log.info(
             "group_protocol_chosen",
             protocol=protocol,
@@ -244,6 +251,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         previous = reported_owners(members, counts)
         result = STRATEGIES[strategy](snapshot, previous)
         protocol = protocol_name(chosen)
+        self._planned = True
         self.last_plan = PlanRecord(
             strategy=strategy,
             protocol=protocol,
@@ -305,16 +313,17 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
 
     # --- asynchronous side: runs before each join ----------------------------------
 
-    async def refresh_lag(self, topics: Iterable[str]) -> None:
+    async def refresh_lag(self, topics: Iterable[str]) -> Mapping[str, tuple[int, ...]] | None:
         """Read the group's lag for ``topics`` and every topic the group subscribes to.
 
         The group's topics are those its members report in DescribeGroups and those
         this member saw when it last planned. Await it before every join (the
         listener from :meth:`listener` does); a failure is logged and leaves the
-        previous reading, which may then be stale.
+        previous reading, which may then be stale. Returns the reading (``None``:
+        failed, or no ``lag`` strategy).
         """
         if "lag" not in self.strategies:
-            return
+            return None
         wanted = set(topics) | self._group_topics
         try:
             if self._admin is None:
@@ -327,8 +336,9 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             )
         except BrokerError as exc:
             log.warning("lag_refresh_failed", group_id=self._group_id, reason=str(exc))
-            return
+            return None
         self.use_lag(lag)
+        return lag
 
     async def _members_topics(self, admin: BrokerAdmin) -> set[str]:
         """What the group's members subscribed to at their last join (none if unread)."""
@@ -347,13 +357,28 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self, consumer: AIOKafkaConsumer, inner: ConsumerRebalanceListener | None = None
     ) -> ConsumerRebalanceListener:
         """A rebalance listener that refreshes lag before each join, after ``inner``'s revoke."""
-        return _RefreshingListener(self, consumer, inner)
+        return RefreshingListener(self, consumer, inner)
 
     async def aclose(self) -> None:
         """Close the connection used for lag readings."""
         admin, self._admin = self._admin, None
         if admin is not None:
             await admin.aclose()
+
+
+def check_replan_interval(strategy: str | Sequence[str], interval_s: float | None) -> float | None:
+    """``interval_s`` if re-planning on drift can use it.
+
+    :raises ConfigError: an interval without the ``lag`` strategy, or not above 0.
+    """
+    if interval_s is not None and ("lag" not in strategy_names(strategy) or not interval_s > 0):
+        raise ConfigError(
+            "replan_interval",
+            interval_s,
+            "re-planning on drift needs the lag strategy and an interval above 0 seconds",
+            "offer 'lag' in assignor and give seconds, e.g. 300",
+        )
+    return interval_s
 
 
 def make_assignor(
@@ -364,6 +389,7 @@ def make_assignor(
     auto_offset_reset: AutoOffsetReset = "latest",
     max_lag_age_s: float = 30.0,
     security: SecurityConfig | None = None,
+    replan_interval_s: float | None = None,
 ) -> PlanningAssignor:
     """An adapter for ``partition_assignment_strategy=assignor.protocols``; one per consumer.
 
@@ -372,9 +398,11 @@ def make_assignor(
     is the only entry. ``lag`` needs ``bootstrap`` and ``group_id`` to read lags; pass
     ``assignor.listener(consumer)`` (or await ``assignor.refresh_lag(topics)`` in
     your own ``on_partitions_revoked``) so a fresh reading exists at each join.
+    ``replan_interval_s`` turns on re-planning on drift (see
+    :func:`fairstream.runtime._drift.watch_drift`, which the App runs).
 
-    :raises ConfigError: an unknown, repeated or missing strategy name, or ``lag``
-        without bootstrap/group_id.
+    :raises ConfigError: an unknown, repeated or missing strategy name, ``lag``
+        without bootstrap/group_id, or ``replan_interval_s`` without ``lag`` or not above 0.
     """
     return PlanningAssignor(
         strategy,
@@ -383,6 +411,7 @@ def make_assignor(
         auto_offset_reset=auto_offset_reset,
         max_lag_age_s=max_lag_age_s,
         security=security,
+        replan_interval_s=replan_interval_s,
     )
 
 
@@ -414,49 +443,3 @@ class StrategyOffer(AbstractPartitionAssignor):  # type: ignore[misc]
         self, cluster: ClusterMetadata, members: Mapping[str, ConsumerProtocolMemberMetadata]
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
         return self._planner.plan_group(self.strategy, cluster, members)
-
-
-@final
-class _RefreshingListener(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(
-        self,
-        assignor: PlanningAssignor,
-        consumer: AIOKafkaConsumer,
-        inner: ConsumerRebalanceListener | None,
-    ) -> None:
-        self._assignor = assignor
-        self._consumer = consumer
-        self._inner = inner
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        # The inner listener may commit first, so the lag read afterwards is current.
-        if self._inner is not None:
-            await _maybe_await(self._inner.on_partitions_revoked(revoked))
-        await self._assignor.refresh_lag(self._consumer.subscription())
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        if self._inner is not None:
-            await _maybe_await(self._inner.on_partitions_assigned(assigned))
-        if self._assignor.take_follow_up():
-            request_rebalance(self._consumer)
-
-
-def request_rebalance(consumer: AIOKafkaConsumer) -> bool:
-    """Make the consumer rejoin its group, so that the group rebalances.
-
-    aiokafka has no public call for it; ``_coordinator.request_rejoin()`` is what it
-    uses itself on a subscription change (private, guarded: a warning if it is gone).
-    aiokafka resets the request before SyncGroup, so asking from the assigned
-    callback is not lost.
-    """
-    rejoin = getattr(getattr(consumer, "_coordinator", None), "request_rejoin", None)
-    if not callable(rejoin):
-        log.warning("rebalance_request_unavailable", reason="aiokafka has no request_rejoin")
-        return False
-    rejoin()
-    return True
-
-
-async def _maybe_await(result: Any) -> None:
-    if inspect.isawaitable(result):
-        await result

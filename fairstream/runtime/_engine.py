@@ -28,7 +28,7 @@ from fairstream.errors import FairstreamError
 from fairstream.runtime._fetch import Fetcher
 from fairstream.runtime._handling import DispatchRunner
 from fairstream.runtime._offsets import OffsetTracker
-from fairstream.runtime._ports import KafkaClients, ShadowClients
+from fairstream.runtime._ports import DriftWatcher, KafkaClients, ShadowClients
 from fairstream.runtime._reachability import BrokerWatch
 from fairstream.runtime._rebalance import Ack, Rebalancer
 from fairstream.runtime._record import TP, Record
@@ -176,6 +176,8 @@ class Engine:
                 tasks.start_soon(self._fetcher.run)
                 tasks.start_soon(self._commit_loop)
                 tasks.start_soon(self._watch.run)
+                if isinstance(self._clients, DriftWatcher):
+                    tasks.start_soon(self._clients.watch_drift)
                 if self._shadows is not None:
                     tasks.start_soon(self._shadows.run)
                 self._workers.start(tasks, self._worker_count)

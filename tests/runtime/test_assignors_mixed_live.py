@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import uuid
 
-import anyio
 import pytest
 from aiokafka import AIOKafkaConsumer
 from structlog.testing import capture_logs
 
 from fairstream.assign import plan
 from fairstream.runtime._admin import BrokerAdmin
-from fairstream.runtime._assignors import PlanningAssignor, make_assignor
+from fairstream.runtime._assignors import PlanningAssignor
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic, produce
+from tests.runtime.lag_members import settled_plan, start_lag_member
 
 pytestmark = pytest.mark.broker
 
@@ -43,43 +43,18 @@ async def test_members_with_different_subscriptions_get_the_lag_plan_for_every_t
             # The member with one topic joins first and leads: it learns the other
             # topics only from the members that join after it.
             for index, names in reversed(list(enumerate(SUBSCRIPTIONS))):
-                assignor = make_assignor(
-                    "lag", bootstrap=bootstrap, group_id=group_id, auto_offset_reset="earliest"
-                )
-                consumer = AIOKafkaConsumer(
-                    bootstrap_servers=bootstrap,
-                    group_id=group_id,
-                    group_instance_id=noida.instance_id(f"mixed-{index}"),
+                assignor, consumer = await start_lag_member(
+                    bootstrap,
+                    group_id,
+                    [topics[n] for n in names],
                     client_id=f"member-{index}",
-                    enable_auto_commit=False,
-                    auto_offset_reset="earliest",
-                    partition_assignment_strategy=[assignor],
+                    instance_id=noida.instance_id(f"mixed-{index}"),
                 )
-                consumer.subscribe([topics[n] for n in names], listener=assignor.listener(consumer))
-                await consumer.start()
                 assignors.append(assignor)
                 consumers.append(consumer)
 
             async with BrokerAdmin(bootstrap) as admin:
-                with anyio.fail_after(30):
-                    while True:
-                        group = await admin.describe_group(group_id)
-                        held = sum(
-                            len(ps) for m in group.members.values() for ps in m.assignment.values()
-                        )
-                        record = next(
-                            (
-                                a.last_plan
-                                for a in assignors
-                                if a.last_plan is not None
-                                and set(a.last_plan.snapshot.members) == set(group.members)
-                            ),
-                            None,
-                        )
-                        settled = group.state == "Stable" and len(group.members) == 3
-                        if settled and held == total and record and not record.by_count:
-                            break
-                        await anyio.sleep(0.2)
+                record = await settled_plan(admin, group_id, assignors, total)
                 snapshot, actual = await admin.group_snapshot(
                     group_id, auto_offset_reset="earliest"
                 )
