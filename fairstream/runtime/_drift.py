@@ -24,7 +24,7 @@ from fairstream.assign.lag import plan as lag_plan
 from fairstream.runtime._assignors import PlanningAssignor, PlanRecord
 from fairstream.runtime._lag_listener import request_rebalance
 
-__all__ = ["Drift", "check_drift", "watch_drift"]
+__all__ = ["Drift", "check_drift", "plan_to_check", "watch_drift"]
 
 log = structlog.get_logger(__name__)
 
@@ -55,6 +55,19 @@ def check_drift(
     return now, best, moved(current, planned)
 
 
+def plan_to_check(assignor: PlanningAssignor, asked_for: PlanRecord | None) -> PlanRecord | None:
+    """The plan to re-check now, or ``None`` if this member should not check.
+
+    Only the leader of this generation checks, once per plan (a rebalance it asked
+    for is under way until a new plan replaces ``asked_for``), and only a lag plan:
+    another protocol the group chose, or a fair fallback, is not ours to redo.
+    """
+    record = assignor.last_plan
+    if not assignor.leading or record is None or record is asked_for:
+        return None
+    return record if record.strategy == "lag" else None
+
+
 async def watch_drift(assignor: PlanningAssignor, consumer: Callable[[], AIOKafkaConsumer]) -> None:
     """Every ``replan_interval_s``, on the leader, re-plan and rebalance if it pays.
 
@@ -67,10 +80,8 @@ async def watch_drift(assignor: PlanningAssignor, consumer: Callable[[], AIOKafk
     asked_for: PlanRecord | None = None
     while True:
         await anyio.sleep(interval)
-        record = assignor.last_plan
-        # Only the leader of this generation, once per plan: a rebalance it asked for
-        # is under way until a new plan replaces this one.
-        if not assignor.leading or record is None or record is asked_for:
+        record = plan_to_check(assignor, asked_for)
+        if record is None:
             continue
         lag = await assignor.refresh_lag(record.snapshot.partitions)
         if lag is None:

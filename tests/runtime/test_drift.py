@@ -3,6 +3,8 @@ that a new plan relieves by more than ``min_improvement`` asks for a rebalance."
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from fairstream import App
@@ -10,7 +12,7 @@ from fairstream.assign import GroupSnapshot, plan
 from fairstream.errors import ConfigError
 from fairstream.runtime._assignors import PlanRecord, make_assignor
 from fairstream.runtime._clients import aiokafka_clients
-from fairstream.runtime._drift import check_drift
+from fairstream.runtime._drift import check_drift, plan_to_check
 from fairstream.runtime._ports import DriftWatcher
 
 LAGS = {"a": (100, 100, 100, 100), "b": (50, 50, 50, 50)}
@@ -71,3 +73,16 @@ async def test_the_apps_clients_run_the_drift_watch_with_its_interval() -> None:
     assert isinstance(clients, DriftWatcher)  # the engine starts clients.watch_drift
     assert clients.assignor.replan_interval_s == 5.0
     await clients.aclose()
+
+
+def test_only_the_leader_of_a_lag_plan_checks_it_once() -> None:
+    """A member that does not lead, or led a fair fallback, never re-checks: the
+    watch would otherwise rebalance a group running another protocol."""
+    assignor = make_assignor("lag", bootstrap="unused:9092", group_id="g", replan_interval_s=1)
+    assignor.last_plan = lag_plan = record()
+    assert plan_to_check(assignor, None) is None  # not leading
+    assignor.leading = True
+    assert plan_to_check(assignor, None) is lag_plan
+    assert plan_to_check(assignor, lag_plan) is None  # a rebalance was asked for it
+    assignor.last_plan = dataclasses.replace(lag_plan, strategy="fair")
+    assert plan_to_check(assignor, None) is None
