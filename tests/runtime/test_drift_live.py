@@ -13,6 +13,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from structlog.testing import capture_logs
 
+from fairstream import App, Record
 from fairstream.assign import member_lags
 from fairstream.runtime._admin import BrokerAdmin
 from fairstream.runtime._assignors import PlanningAssignor, PlanRecord
@@ -109,3 +110,27 @@ async def test_a_burst_causes_one_rebalance_and_no_burst_none(noida: Broker, gro
     before = max(member_lags(snapshot, first.assignment).values())
     after = max(member_lags(snapshot, actual).values())
     assert after < before
+
+
+async def test_an_app_with_replan_interval_checks_for_drift_as_leader(
+    noida: Broker, group_id: str
+) -> None:
+    topic = f"drift-app-{uuid.uuid4().hex[:8]}"
+    await create_topic(noida.bootstrap, topic, 2)
+    app = App(
+        bootstrap=noida.bootstrap,
+        group_id=group_id,
+        assignor="lag",
+        replan_interval=0.2,
+        instance_id=noida.instance_id("drift-app"),
+    )
+
+    @app.subscriber(topic)
+    async def handle(record: Record[bytes]) -> None:
+        pass
+
+    with capture_logs() as logs:
+        async with app:
+            await _until(lambda: len(_events(logs, "lag_replan_checked")) >= 2)
+    assert _events(logs, "lag_replan_checked", decision="keep", moves=0)
+    assert not _events(logs, "lag_replan_checked", decision="rebalance")
