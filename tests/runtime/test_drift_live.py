@@ -113,16 +113,16 @@ async def test_a_burst_causes_one_rebalance_and_no_burst_none(noida: Broker, gro
 
 
 async def test_an_app_with_replan_interval_checks_for_drift_as_leader(
-    noida: Broker, group_id: str
+    broker: Broker, group_id: str
 ) -> None:
     topic = f"drift-app-{uuid.uuid4().hex[:8]}"
-    await create_topic(noida.bootstrap, topic, 2)
+    await create_topic(broker.bootstrap, topic, 2)
     app = App(
-        bootstrap=noida.bootstrap,
+        bootstrap=broker.bootstrap,
         group_id=group_id,
         assignor="lag",
         replan_interval=0.2,
-        instance_id=noida.instance_id("drift-app"),
+        instance_id=broker.instance_id("drift-app"),
     )
 
     @app.subscriber(topic)
