@@ -101,6 +101,7 @@ async def _read_lag(
     from aiokafka import TopicPartition
 
     from fairstream import BrokerAdmin
+    from fairstream.assign import partition_lag
     from fairstream.ranges import decode_shadow
 
     async with BrokerAdmin(bootstrap) as admin:
@@ -137,15 +138,17 @@ async def _read_lag(
     for tp in tps:
         commit = commits[tp]
         shadow = decode_shadow(commit.metadata) if commit is not None else []
-        # A committed offset below the log start: retention deleted the records between.
-        readable = None if commit is None else max(commit.offset, starts[tp])
         rows.append(
             {
                 "topic": tp.topic,
                 "partition": tp.partition,
                 "committed": None if commit is None else commit.offset,
                 "end": ends[tp],
-                "lag": None if readable is None else max(ends[tp] - readable, 0),
+                # Never committed: shown as unknown, not as auto_offset_reset would count it.
+                "lag": None
+                if commit is None
+                else partition_lag(ends[tp], commit.offset, starts[tp], "latest"),
+                # A committed offset below the log start: retention deleted the records between.
                 "deleted_unread": None if commit is None else max(starts[tp] - commit.offset, 0),
                 "shadow": [[r.start, r.end] for r in shadow],
                 "shadow_records": sum(map(len, shadow)),

@@ -8,7 +8,14 @@ module (``range``, ``roundrobin``, ``sticky``, ``fair``, ``lag``) has one
 """
 
 from fairstream.assign.inputs import parse_document, read_document
-from fairstream.assign.model import Assignment, Assignor, GroupSnapshot, PlanStats, TopicPartition
+from fairstream.assign.model import (
+    Assignment,
+    Assignor,
+    GroupSnapshot,
+    PlanStats,
+    TopicPartition,
+    partition_lag,
+)
 from fairstream.assign.quality import count_spread, lag_lower_bound, member_lags, moved, stats
 from fairstream.assign.strategies import STRATEGIES, plan, resolve, strategy_names
 
@@ -24,6 +31,7 @@ __all__ = [
     "member_lags",
     "moved",
     "parse_document",
+    "partition_lag",
     "plan",
     "read_document",
     "resolve",

@@ -9,10 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from fairstream.errors import PlanError
 
-__all__ = ["Assignment", "Assignor", "GroupSnapshot", "PlanStats", "TopicPartition"]
+__all__ = [
+    "Assignment",
+    "Assignor",
+    "GroupSnapshot",
+    "PlanStats",
+    "TopicPartition",
+    "partition_lag",
+]
 
 TopicPartition = tuple[str, int]
 """``(topic, partition)``: plain tuples keep the planner free of aiokafka."""
@@ -21,6 +29,26 @@ TopicPartition = tuple[str, int]
 def _is_count(value: object) -> bool:
     # bool is an int subclass; JSON ``true`` must not pass as a partition count.
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def partition_lag(
+    end: int,
+    committed: int | None,
+    log_start: int,
+    auto_offset_reset: Literal["latest", "earliest"],
+) -> int:
+    """Records a group has still to read in one partition (KAFKA-5337's rule).
+
+    The one definition of lag: the lag assignor's reading, ``fairstream lag`` and
+    ``app.stats()`` all call it, so they agree after retention deletes records. A
+    committed offset below the log start counts from the log start (the records
+    between are gone, nobody will read them). Without a commit, ``auto.offset.reset``
+    decides where the group would start: ``latest`` means nothing is behind,
+    ``earliest`` means everything retained is.
+    """
+    if committed is not None:
+        return max(end - max(committed, log_start), 0)
+    return 0 if auto_offset_reset == "latest" else max(end - log_start, 0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -26,7 +26,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.coordinator.protocol import ConsumerProtocol
 from aiokafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 
-from fairstream.assign import Assignment, GroupSnapshot
+from fairstream.assign import Assignment, GroupSnapshot, partition_lag
 from fairstream.config import SecurityConfig
 from fairstream.errors import BrokerError, ConfigError, describe
 
@@ -37,7 +37,6 @@ __all__ = [
     "GroupDescription",
     "MemberDescription",
     "may_pass",
-    "partition_lag",
     "stop_quietly",
 ]
 
@@ -139,19 +138,6 @@ async def stop_quietly(close: Callable[[], Awaitable[None]]) -> None:
         client = getattr(getattr(close, "__self__", None), "_client", None)
         if client is not None:
             await client.close()
-
-
-def partition_lag(
-    end: int, committed: int | None, log_start: int, auto_offset_reset: AutoOffsetReset
-) -> int:
-    """Records a group has still to read in one partition (KAFKA-5337's rule).
-
-    Without a commit, ``auto.offset.reset`` decides where the group would start:
-    ``latest`` means nothing is behind, ``earliest`` means everything retained is.
-    """
-    if committed is not None:
-        return max(end - max(committed, log_start), 0)
-    return 0 if auto_offset_reset == "latest" else max(end - log_start, 0)
 
 
 @final

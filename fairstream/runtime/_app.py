@@ -27,6 +27,7 @@ from fairstream.config import (
     from_env,
 )
 from fairstream.errors import ConfigError, FairstreamError, HandlerAborted
+from fairstream.runtime._assignors import check_replan_interval
 from fairstream.runtime._clients import aiokafka_clients
 from fairstream.runtime._decode import (
     Decoder,
@@ -100,9 +101,11 @@ class App:
     ``assignor`` is a strategy name or several, best first:
     ``assignor=["lag", "roundrobin", "range"]`` joins a group of other clients'
     consumers under the protocol they share (README, "Migrating an existing group").
+    With ``assignor="lag"``, ``replan_interval=300`` re-reads the group's lag every 300
+    seconds and rebalances when a new plan beats the current one (README, "Assignors").
 
     :raises ConfigError: for an unknown, repeated or missing assignor, a bad threshold,
-        a missing bootstrap.
+        a ``replan_interval`` without ``lag`` or not above 0, a missing bootstrap.
     """
 
     def __init__(
@@ -122,6 +125,7 @@ class App:
         parallel_rebalance: bool | ParallelRebalance = False,
         clients: ClientsFactory | None = None,
         middlewares: Sequence[Middleware] = (),
+        replan_interval: float | None = None,
     ) -> None:
         env = from_env()
         self.bootstrap = bootstrap or env.get("bootstrap", "")
@@ -133,6 +137,7 @@ class App:
         self.group_id = group_id
         self.assignor = assignor
         strategy_names(assignor, field="assignor")  # fail here, not at the first join
+        self.replan_interval = check_replan_interval(assignor, replan_interval)
         self.consumer_config = consumer or ConsumerConfig()
         self.producer_config = producer or ProducerConfig()
         self.scheduler_config = scheduler or SchedulerConfig()

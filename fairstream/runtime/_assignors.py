@@ -10,9 +10,16 @@ state every consumer in a process shares (aiokafka issue #1175).
 network (the KAFKA-5337 prototype blocks there). For ``lag``, each member reads
 the group's lags asynchronously just before it joins - aiokafka awaits the
 rebalance listener's ``on_partitions_revoked`` before every join, the first one
-included - and the leader's ``assign`` uses that reading. If it is missing,
-stale or does not cover the group's topics, the leader plans ``fair`` instead and
-logs ``lag_snapshot_unusable`` with a ``reason``.
+included - and the leader's ``assign`` uses that reading. Members may subscribe to
+different topics (KIP-49's rolling update), so each reads lag for its own
+subscription, every topic the group's members subscribed to at the last
+DescribeGroups, and the topics it saw when it last planned. A topic whose lag is
+still missing is planned by count (zero lag: count balance per topic, previous
+owners kept) and the rest by lag, with a ``lag_snapshot_partial`` warning; the
+leader then asks the group for one follow-up rebalance, at which it has read that
+topic's lag too (once per newly missing topic, so a topic whose lag cannot be read
+never makes the group rebalance in a loop). If the reading is missing or stale, the
+leader plans ``fair`` instead and logs ``lag_snapshot_unusable`` with a ``reason``.
 
 Each member also reports the partitions it owns in its join metadata, so the
 leader can hand the planners a previous assignment whoever led last time.
@@ -28,15 +35,13 @@ and fairstream's owned partitions only in the user data), which those clients re
 
 from __future__ import annotations
 
-import inspect
-import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, final
+from typing import final
 
 import structlog
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.cluster import ClusterMetadata
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.protocol import (
@@ -48,12 +53,15 @@ from fairstream.assign import STRATEGIES, Assignment, GroupSnapshot, strategy_na
 from fairstream.config import SecurityConfig
 from fairstream.errors import BrokerError, ConfigError
 from fairstream.runtime._admin import AutoOffsetReset, BrokerAdmin
+from fairstream.runtime._lag_listener import RefreshingListener
+from fairstream.runtime._member_data import encode_owned, reported_owners
 
 __all__ = [
     "LagReading",
     "PlanRecord",
     "PlanningAssignor",
     "StrategyOffer",
+    "check_replan_interval",
     "make_assignor",
     "protocol_name",
 ]
@@ -76,11 +84,6 @@ def protocol_name(strategy: str) -> str:
     return strategy if strategy in _KAFKA_NAMED else f"fairstream-{strategy}"
 
 
-_RESTARTS = ""
-"""User-data key for how often this member's consumer was rebuilt. No topic can be
-named "", so every leader's owned-partitions reader skips it, older ones included."""
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LagReading:
     """The group's lag per partition, and when (on the assignor's clock) it was read."""
@@ -98,6 +101,8 @@ class PlanRecord:
     snapshot: GroupSnapshot
     previous: Assignment | None
     assignment: Assignment
+    by_count: frozenset[str] = frozenset()
+    """Topics whose lag was unknown, planned by count."""
 
 
 @final
@@ -122,6 +127,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         max_lag_age_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         security: SecurityConfig | None = None,
+        replan_interval_s: float | None = None,
     ) -> None:
         self.strategies = strategy_names(strategy)
         if "lag" in self.strategies and (not bootstrap or not group_id):
@@ -131,6 +137,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
                 "the lag strategy reads the group's lag from the cluster",
                 "pass bootstrap= and group_id= to make_assignor",
             )
+        self.replan_interval_s = check_replan_interval(strategy, replan_interval_s)
         self.strategy = self.strategies[0]
         self._bootstrap = bootstrap or ""
         self._group_id = group_id or ""
@@ -143,6 +150,11 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self._owned: dict[str, list[int]] = {}
         self._restarts = 0
         self._group_topics: frozenset[str] = frozenset()
+        self._follow_up: frozenset[str] = frozenset()
+        self._followed_up: frozenset[str] = frozenset()
+        self._planned = False
+        self.leading = False
+        """Whether this member planned the generation it is in (it led the group)."""
         self.last_plan: PlanRecord | None = None
         self.protocol: str | None = None
         """The protocol the group chose at this member's last assignment."""
@@ -164,10 +176,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
 
         After :meth:`consumer_restarted` the user data also counts the restarts.
         """
-        data: dict[str, list[int]] = dict(self._owned)
-        if self._restarts:
-            data[_RESTARTS] = [self._restarts]
-        user_data = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+        user_data = encode_owned(self._owned, self._restarts)
         return ConsumerProtocolMemberMetadata(self.version, sorted(topics), user_data)
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
@@ -178,6 +187,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         """The group gave us ``assignment`` under ``protocol`` (whoever planned it)."""
         self._owned = {topic: sorted(ps) for topic, ps in assignment.assignment if ps}
         self.protocol = protocol
+        self.leading, self._planned = self._planned, False
         log.info(
             "group_protocol_chosen",
             protocol=protocol,
@@ -224,8 +234,12 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self._group_topics = frozenset(counts)
         strategy, reason = chosen, ""
         lag: dict[str, tuple[int, ...]] = {}
+        by_count: frozenset[str] = frozenset()
         if strategy == "lag":
             lag, reason = self._lag_for(counts)
+            if not reason:
+                by_count = frozenset(counts.keys() - lag.keys())
+                self._want_follow_up(by_count)
         if reason:
             log.warning("lag_snapshot_unusable", reason=reason, fallback=_FALLBACK)
             strategy = _FALLBACK
@@ -234,15 +248,17 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             partitions=counts,
             lag=lag,
         )
-        previous = _reported_owners(members, counts)
+        previous = reported_owners(members, counts)
         result = STRATEGIES[strategy](snapshot, previous)
         protocol = protocol_name(chosen)
+        self._planned = True
         self.last_plan = PlanRecord(
             strategy=strategy,
             protocol=protocol,
             snapshot=snapshot,
             previous=previous,
             assignment=result,
+            by_count=by_count,
         )
         log.info(
             "assignment_planned",
@@ -261,39 +277,77 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         }
 
     def _lag_for(self, counts: Mapping[str, int]) -> tuple[dict[str, tuple[int, ...]], str]:
-        """The reading's lag for these topics, or why it cannot be used."""
+        """The reading's lag for the topics it covers, or why none of it can be used."""
         reading = self._reading
         if reading is None:
             return {}, "no_lag_snapshot"
         if self._clock() - reading.taken_at > self._max_age:
             return {}, "lag_snapshot_stale"
-        if any(len(reading.lag.get(topic, ())) != count for topic, count in counts.items()):
-            return {}, "lag_snapshot_incomplete"
-        return {topic: reading.lag[topic] for topic in counts}, ""
+        return {
+            topic: reading.lag[topic]
+            for topic, count in counts.items()
+            if len(reading.lag.get(topic, ())) == count
+        }, ""
+
+    def _want_follow_up(self, by_count: frozenset[str]) -> None:
+        """Note whether this plan needs a follow-up once the missing lags are read."""
+        if not by_count:
+            self._follow_up = self._followed_up = frozenset()
+            return
+        log.warning("lag_snapshot_partial", topics=sorted(by_count), planned_by="count")
+        # Only topics not followed up yet: one whose lag cannot be read is not retried.
+        self._follow_up = by_count - self._followed_up
+
+    def take_follow_up(self) -> bool:
+        """Whether the group should rebalance again now that this leader knows more topics.
+
+        True once after a plan that left newly seen topics to count balance: the
+        next join's reading covers them (they are among the group's topics now).
+        """
+        wanted, self._follow_up = self._follow_up, frozenset()
+        if not wanted:
+            return False
+        self._followed_up |= wanted
+        log.info("lag_follow_up_requested", topics=sorted(wanted))
+        return True
 
     # --- asynchronous side: runs before each join ----------------------------------
 
-    async def refresh_lag(self, topics: Iterable[str]) -> None:
-        """Read the group's lag for ``topics`` and the group's last known topics.
+    async def refresh_lag(self, topics: Iterable[str]) -> Mapping[str, tuple[int, ...]] | None:
+        """Read the group's lag for ``topics`` and every topic the group subscribes to.
 
-        Await it before every join (the listener from :meth:`listener` does); a
-        failure is logged and leaves the previous reading, which may then be stale.
+        The group's topics are those its members report in DescribeGroups and those
+        this member saw when it last planned. Await it before every join (the
+        listener from :meth:`listener` does); a failure is logged and leaves the
+        previous reading, which may then be stale. Returns the reading (``None``:
+        failed, or no ``lag`` strategy).
         """
         if "lag" not in self.strategies:
-            return
+            return None
         wanted = set(topics) | self._group_topics
         try:
             if self._admin is None:
                 self._admin = BrokerAdmin(self._bootstrap, security=self._security)
             await self._admin.start()
+            wanted |= await self._members_topics(self._admin)
             counts = await self._admin.partition_counts(wanted)
             lag = await self._admin.topic_lags(
                 self._group_id, counts, auto_offset_reset=self._reset
             )
         except BrokerError as exc:
             log.warning("lag_refresh_failed", group_id=self._group_id, reason=str(exc))
-            return
+            return None
         self.use_lag(lag)
+        return lag
+
+    async def _members_topics(self, admin: BrokerAdmin) -> set[str]:
+        """What the group's members subscribed to at their last join (none if unread)."""
+        try:
+            group = await admin.describe_group(self._group_id)
+        except BrokerError as exc:
+            log.info("group_topics_unread", group_id=self._group_id, reason=str(exc))
+            return set()
+        return {topic for member in group.members.values() for topic in member.topics}
 
     def use_lag(self, lag: Mapping[str, tuple[int, ...]]) -> None:
         """Hand over a lag reading taken now (by :meth:`refresh_lag` or a background task)."""
@@ -303,13 +357,28 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self, consumer: AIOKafkaConsumer, inner: ConsumerRebalanceListener | None = None
     ) -> ConsumerRebalanceListener:
         """A rebalance listener that refreshes lag before each join, after ``inner``'s revoke."""
-        return _RefreshingListener(self, consumer, inner)
+        return RefreshingListener(self, consumer, inner)
 
     async def aclose(self) -> None:
         """Close the connection used for lag readings."""
         admin, self._admin = self._admin, None
         if admin is not None:
             await admin.aclose()
+
+
+def check_replan_interval(strategy: str | Sequence[str], interval_s: float | None) -> float | None:
+    """``interval_s`` if re-planning on drift can use it.
+
+    :raises ConfigError: an interval without the ``lag`` strategy, or not above 0.
+    """
+    if interval_s is not None and ("lag" not in strategy_names(strategy) or not interval_s > 0):
+        raise ConfigError(
+            "replan_interval",
+            interval_s,
+            "re-planning on drift needs the lag strategy and an interval above 0 seconds",
+            "offer 'lag' in assignor and give seconds, e.g. 300",
+        )
+    return interval_s
 
 
 def make_assignor(
@@ -320,6 +389,7 @@ def make_assignor(
     auto_offset_reset: AutoOffsetReset = "latest",
     max_lag_age_s: float = 30.0,
     security: SecurityConfig | None = None,
+    replan_interval_s: float | None = None,
 ) -> PlanningAssignor:
     """An adapter for ``partition_assignment_strategy=assignor.protocols``; one per consumer.
 
@@ -328,9 +398,11 @@ def make_assignor(
     is the only entry. ``lag`` needs ``bootstrap`` and ``group_id`` to read lags; pass
     ``assignor.listener(consumer)`` (or await ``assignor.refresh_lag(topics)`` in
     your own ``on_partitions_revoked``) so a fresh reading exists at each join.
+    ``replan_interval_s`` turns on re-planning on drift (see
+    :func:`fairstream.runtime._drift.watch_drift`, which the App runs).
 
-    :raises ConfigError: an unknown, repeated or missing strategy name, or ``lag``
-        without bootstrap/group_id.
+    :raises ConfigError: an unknown, repeated or missing strategy name, ``lag``
+        without bootstrap/group_id, or ``replan_interval_s`` without ``lag`` or not above 0.
     """
     return PlanningAssignor(
         strategy,
@@ -339,6 +411,7 @@ def make_assignor(
         auto_offset_reset=auto_offset_reset,
         max_lag_age_s=max_lag_age_s,
         security=security,
+        replan_interval_s=replan_interval_s,
     )
 
 
@@ -370,67 +443,3 @@ class StrategyOffer(AbstractPartitionAssignor):  # type: ignore[misc]
         self, cluster: ClusterMetadata, members: Mapping[str, ConsumerProtocolMemberMetadata]
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
         return self._planner.plan_group(self.strategy, cluster, members)
-
-
-@final
-class _RefreshingListener(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(
-        self,
-        assignor: PlanningAssignor,
-        consumer: AIOKafkaConsumer,
-        inner: ConsumerRebalanceListener | None,
-    ) -> None:
-        self._assignor = assignor
-        self._consumer = consumer
-        self._inner = inner
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        # The inner listener may commit first, so the lag read afterwards is current.
-        if self._inner is not None:
-            await _maybe_await(self._inner.on_partitions_revoked(revoked))
-        await self._assignor.refresh_lag(self._consumer.subscription())
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        if self._inner is not None:
-            await _maybe_await(self._inner.on_partitions_assigned(assigned))
-
-
-async def _maybe_await(result: Any) -> None:
-    if inspect.isawaitable(result):
-        await result
-
-
-def _reported_owners(
-    members: Mapping[str, ConsumerProtocolMemberMetadata], counts: Mapping[str, int]
-) -> Assignment | None:
-    """The previous assignment members report; partitions claimed twice are dropped."""
-    claims: dict[tuple[str, int], list[str]] = {}
-    for member_id, meta in sorted(members.items()):
-        for topic, partitions in _decode_owned(member_id, meta.user_data).items():
-            for partition in partitions:
-                if topic in counts and 0 <= partition < counts[topic]:
-                    claims.setdefault((topic, partition), []).append(member_id)
-    owned: dict[str, dict[str, list[int]]] = {}
-    for (topic, partition), claimants in claims.items():
-        if len(claimants) == 1:
-            owned.setdefault(claimants[0], {}).setdefault(topic, []).append(partition)
-    if not owned:
-        return None
-    return Assignment(
-        {m: {t: tuple(ps) for t, ps in topics.items()} for m, topics in owned.items()}
-    )
-
-
-def _decode_owned(member_id: str, user_data: bytes) -> dict[str, list[int]]:
-    if not user_data:
-        return {}
-    try:
-        decoded = json.loads(user_data)
-    except ValueError:
-        decoded = None
-    if not isinstance(decoded, dict) or not all(
-        isinstance(ps, list) and all(isinstance(p, int) for p in ps) for ps in decoded.values()
-    ):
-        log.warning("owned_partitions_unreadable", member_id=member_id, reason="not_our_format")
-        return {}
-    return decoded

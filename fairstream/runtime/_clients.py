@@ -27,6 +27,7 @@ from fairstream.runtime._admin import BrokerAdmin, may_pass, stop_quietly
 from fairstream.runtime._assignors import PlanningAssignor, make_assignor
 from fairstream.runtime._dead_letter import dead_letter_copies
 from fairstream.runtime._direct_records import build_records_directly
+from fairstream.runtime._drift import watch_drift
 from fairstream.runtime._join import offer_all_at_once
 from fairstream.runtime._ports import AppSettings, ConsumerPort, ShadowReader
 from fairstream.runtime._record import TP, Headers, Record, as_records
@@ -138,6 +139,14 @@ class AIOKafkaClients:
     @property
     def protocol(self) -> str | None:
         return self._assignor.protocol
+
+    async def watch_drift(self) -> None:
+        await watch_drift(self._assignor, lambda: self._consumer)
+
+    @property
+    def assignor(self) -> PlanningAssignor:
+        """This member's assignor: what it planned last (as leader) and from which lags."""
+        return self._assignor
 
     async def _start(self, client: Any, what: str) -> None:
         try:
@@ -411,6 +420,7 @@ def aiokafka_clients(app: AppSettings, subscribers: Sequence[Subscriber]) -> AIO
             group_id=app.group_id,
             auto_offset_reset=app.consumer_config.auto_offset_reset,
             security=app.security,
+            replan_interval_s=app.replan_interval,
         ),
         instance_id=app.instance_id,
         dead_letter_topics=dead_letter_topics,

@@ -22,12 +22,13 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
+from fairstream.assign import partition_lag
 from fairstream.config import OffsetReset, SchedulerConfig
 from fairstream.errors import FairstreamError
 from fairstream.runtime._fetch import Fetcher
 from fairstream.runtime._handling import DispatchRunner
 from fairstream.runtime._offsets import OffsetTracker
-from fairstream.runtime._ports import KafkaClients, ShadowClients
+from fairstream.runtime._ports import DriftWatcher, KafkaClients, ShadowClients
 from fairstream.runtime._reachability import BrokerWatch
 from fairstream.runtime._rebalance import Ack, Rebalancer
 from fairstream.runtime._record import TP, Record
@@ -56,6 +57,7 @@ class Engine:
         auto_offset_reset: OffsetReset = "earliest",
     ) -> None:
         self.group_id = group_id
+        self._reset = auto_offset_reset
         self._clients = clients
         self._config = scheduler
         # One worker per dispatch in flight; a keyed lane's worker only admits records.
@@ -174,6 +176,8 @@ class Engine:
                 tasks.start_soon(self._fetcher.run)
                 tasks.start_soon(self._commit_loop)
                 tasks.start_soon(self._watch.run)
+                if isinstance(self._clients, DriftWatcher):
+                    tasks.start_soon(self._clients.watch_drift)
                 if self._shadows is not None:
                     tasks.start_soon(self._shadows.run)
                 self._workers.start(tasks, self._worker_count)
@@ -376,8 +380,11 @@ class Engine:
             position = state.next_commit if state else None
             lag = None
             if state is not None and highwater is not None and position is not None:
+                # The rebalance already moved a position below the log start up to it
+                # (records_skipped_by_retention), so log start 0 raises nothing more.
                 # After a KIP-333 jump the records the shadow still owes count too.
-                lag = max(0, highwater - position) + sum(map(len, state.shadow))
+                lag = partition_lag(highwater, position, 0, self._reset)
+                lag += sum(map(len, state.shadow))
             partitions.append(
                 self.stats_recorder.partition(
                     tp, lag=lag, queue_depth=queue.count, paused=queue.paused

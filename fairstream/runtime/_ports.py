@@ -25,6 +25,7 @@ from fairstream.runtime._subscriber import Subscriber
 __all__ = [
     "AppSettings",
     "ConsumerPort",
+    "DriftWatcher",
     "KafkaClients",
     "ShadowClients",
     "ShadowReader",
@@ -42,6 +43,7 @@ class AppSettings(Protocol):
     producer_config: ProducerConfig
     security: SecurityConfig
     instance_id: str | None
+    replan_interval: float | None
 
 
 class ConsumerPort(Protocol):
@@ -117,6 +119,15 @@ class ShadowReader(Protocol):
         :raises BrokerError: reading failed (``retriable`` says whether to try again).
         """
         ...
+
+
+@runtime_checkable
+class DriftWatcher(Protocol):
+    """Clients whose lag assignor re-plans on drift (``replan_interval``); optional."""
+
+    async def watch_drift(self) -> None:
+        """Re-read lag every interval on the leader and rebalance if it pays; returns at
+        once when re-planning is off."""
 
 
 @runtime_checkable

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fairstream.assign import Assignment, GroupSnapshot
+from fairstream.assign import Assignment, GroupSnapshot, partition_lag
 from fairstream.errors import PlanError
 
 
@@ -24,6 +24,23 @@ def test_valid_snapshot_answers_lag_per_partition() -> None:
     assert group.lag_of("audit", 0) == 0
     assert group.topic_lags("audit") == (0,)
     assert group.subscribers() == {"audit": ["c1"], "orders": ["c0", "c1"]}
+
+
+@pytest.mark.parametrize(
+    ("end", "committed", "log_start", "reset", "lag"),
+    [
+        pytest.param(100, 40, 10, "latest", 60, id="committed"),
+        pytest.param(100, 5, 10, "latest", 90, id="commit-below-log-start-counts-from-it"),
+        pytest.param(100, 5, 100, "earliest", 0, id="everything-deleted"),
+        pytest.param(100, 120, 0, "latest", 0, id="commit-past-end-is-not-negative"),
+        pytest.param(100, None, 10, "latest", 0, id="never-committed-latest"),
+        pytest.param(100, None, 10, "earliest", 90, id="never-committed-earliest"),
+    ],
+)
+def test_partition_lag_raises_the_commit_to_the_log_start_and_follows_the_reset(
+    end: int, committed: int | None, log_start: int, reset: str, lag: int
+) -> None:
+    assert partition_lag(end, committed, log_start, reset) == lag  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

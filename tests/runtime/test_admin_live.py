@@ -8,18 +8,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from fairstream.errors import BrokerError
-from fairstream.runtime._admin import BrokerAdmin, Committed, partition_lag
+from fairstream.runtime._admin import BrokerAdmin, Committed
 from tests.conftest import Broker, TopicFactory
 from tests.kafka_helpers import produce
 
 pytestmark = pytest.mark.broker
-
-
-def test_lag_rule_follows_auto_offset_reset() -> None:
-    assert partition_lag(100, 40, 10, "latest") == 60
-    assert partition_lag(100, None, 10, "latest") == 0
-    assert partition_lag(100, None, 10, "earliest") == 90
-    assert partition_lag(100, 5, 10, "latest") == 90  # commit older than retention
 
 
 async def test_offsets_and_lags_match_what_was_written(

@@ -164,7 +164,6 @@ def test_lag_plans_from_the_handed_over_reading() -> None:
     [
         pytest.param(None, 0.0, "no_lag_snapshot", id="missing"),
         pytest.param(LAGS, 31.0, "lag_snapshot_stale", id="stale"),
-        pytest.param({"a": LAGS["a"]}, 0.0, "lag_snapshot_incomplete", id="incomplete"),
     ],
 )
 def test_unusable_reading_falls_back_to_fair_and_says_why(
@@ -192,6 +191,67 @@ def test_unusable_reading_falls_back_to_fair_and_says_why(
     assert actual == plan("fair", snapshot).to_json()
 
 
+SUBSCRIPTIONS = {"m0": ["a", "b", "c"], "m1": ["a", "b"], "m2": ["a"]}
+"""KIP-49's rolling update: one topic shared by all, one by two, one by one member."""
+
+
+def join_subscribed(
+    leader: PlanningAssignor, members: dict[str, PlanningAssignor]
+) -> dict[str, dict[str, list[int]]]:
+    metadata = {m: a.metadata(SUBSCRIPTIONS[m]) for m, a in members.items()}
+    result = leader.assign(cluster({"a": 3, "b": 3, "c": 2}), metadata)
+    for member_id, member_assignor in members.items():
+        member_assignor.on_assignment(result[member_id])
+    return {m: {t: sorted(ps) for t, ps in r.assignment} for m, r in result.items()}
+
+
+def test_a_topic_without_lag_is_planned_by_count_and_the_rest_by_lag() -> None:
+    members = {m: lag_assignor() for m in SUBSCRIPTIONS}
+    leader = members["m0"]
+    leader.use_lag(LAGS)  # read before the leader knew anyone subscribes to "c"
+    with capture_logs() as logs:
+        actual = join_subscribed(leader, members)
+    snapshot = GroupSnapshot(
+        members={m: frozenset(ts) for m, ts in SUBSCRIPTIONS.items()},
+        partitions={"a": 3, "b": 3, "c": 2},
+        lag=LAGS,  # "c" has no lag: zero everywhere, so only its count is balanced
+    )
+    assert actual == plan("lag", snapshot).to_json()
+    assert leader.last_plan is not None
+    assert (leader.last_plan.strategy, leader.last_plan.by_count) == ("lag", frozenset({"c"}))
+    warnings = [e for e in logs if e["log_level"] == "warning"]
+    assert warnings == [
+        {
+            "event": "lag_snapshot_partial",
+            "topics": ["c"],
+            "planned_by": "count",
+            "log_level": "warning",
+        }
+    ]
+    # One follow-up rebalance, at which the leader has read "c" too.
+    assert leader.take_follow_up()
+    assert not leader.take_follow_up()
+    leader.use_lag({**LAGS, "c": (900, 5)})
+    second = join_subscribed(leader, members)
+    assert leader.last_plan is not None and leader.last_plan.by_count == frozenset()
+    full = GroupSnapshot(
+        members=snapshot.members, partitions=snapshot.partitions, lag={**LAGS, "c": (900, 5)}
+    )
+    assert second == plan("lag", full, leader.last_plan.previous).to_json()
+    assert not leader.take_follow_up()
+
+
+def test_a_topic_whose_lag_stays_unreadable_gets_one_follow_up_not_a_loop() -> None:
+    members = {m: lag_assignor() for m in SUBSCRIPTIONS}
+    leader = members["m0"]
+    leader.use_lag(LAGS)
+    join_subscribed(leader, members)
+    assert leader.take_follow_up()
+    join_subscribed(leader, members)  # "c" still unread: count again, no second request
+    assert leader.last_plan is not None and leader.last_plan.by_count == frozenset({"c"})
+    assert not leader.take_follow_up()
+
+
 def test_members_report_owned_partitions_so_any_leader_stays_sticky() -> None:
     members = {m: make_assignor("sticky") for m in ("m0", "m1", "m2")}
     first = join(members["m0"], members)
@@ -206,10 +266,18 @@ def test_members_report_owned_partitions_so_any_leader_stays_sticky() -> None:
     assert sum(len(ps) for ps in second["m3"].values()) == 1
 
 
-def test_unreadable_owned_data_is_ignored_with_a_warning() -> None:
+@pytest.mark.parametrize(
+    "user_data",
+    [
+        pytest.param(b"not json", id="not-json"),
+        pytest.param(b'{"format": 2, "owned": {"a": [0]}}', id="another-version"),
+        pytest.param(b"[1, 2]", id="not-an-object"),
+    ],
+)
+def test_unreadable_owned_data_is_ignored_with_a_warning(user_data: bytes) -> None:
     assignor = make_assignor("sticky")
     metadata = {
-        "m0": ConsumerProtocolMemberMetadata(0, ["a"], b"not json"),
+        "m0": ConsumerProtocolMemberMetadata(0, ["a"], user_data),
         "m1": ConsumerProtocolMemberMetadata(0, ["a"], b'{"a": [0, 1, 2]}'),
     }
     with capture_logs() as logs:

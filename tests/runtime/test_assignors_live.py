@@ -13,9 +13,10 @@ from aiokafka import AIOKafkaConsumer
 from fairstream.assign import member_lags, plan
 from fairstream.cli import main
 from fairstream.runtime._admin import BrokerAdmin
-from fairstream.runtime._assignors import PlanningAssignor, make_assignor
+from fairstream.runtime._assignors import PlanningAssignor
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic, produce
+from tests.runtime.lag_members import settled_plan, start_lag_member
 
 pytestmark = pytest.mark.broker
 
@@ -35,36 +36,16 @@ async def test_lag_group_assignment_is_the_planners_and_beats_range(
     consumers: list[AIOKafkaConsumer] = []
     try:
         for index in range(3):
-            assignor = make_assignor(
-                "lag", bootstrap=bootstrap, group_id=group_id, auto_offset_reset="earliest"
+            assignor, consumer = await start_lag_member(
+                bootstrap, group_id, topics, client_id=f"member-{index}"
             )
-            consumer = AIOKafkaConsumer(
-                bootstrap_servers=bootstrap,
-                group_id=group_id,
-                client_id=f"member-{index}",
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                partition_assignment_strategy=[assignor],
-            )
-            consumer.subscribe(topics, listener=assignor.listener(consumer))
-            await consumer.start()
             assignors.append(assignor)
             consumers.append(consumer)
 
         async with BrokerAdmin(bootstrap) as admin:
-            with anyio.fail_after(60):
-                while True:
-                    group = await admin.describe_group(group_id)
-                    held = sum(
-                        len(ps) for m in group.members.values() for ps in m.assignment.values()
-                    )
-                    if group.state == "Stable" and len(group.members) == 3 and held == 6:
-                        break
-                    await anyio.sleep(0.2)
+            record = await settled_plan(admin, group_id, assignors, 6)
             snapshot, actual = await admin.group_snapshot(group_id, auto_offset_reset="earliest")
 
-        leaders = [a.last_plan for a in assignors if a.last_plan is not None]
-        record = next(r for r in reversed(leaders) if set(r.snapshot.members) == set(group.members))
         assert record.strategy == "lag"  # the reading was there: no fallback
         assert record.snapshot == snapshot  # the leader saw what the cluster says now
         assert actual == record.assignment == plan("lag", snapshot, record.previous)
