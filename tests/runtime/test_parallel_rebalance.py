@@ -345,3 +345,38 @@ async def test_large_ranges_go_to_the_shadow_handoff(
     assert calls == [(topic, 0, OffsetRange(0, 1_000))]
     replayed = {value for value, replay in seen.order if replay}
     assert replayed == (_names(backlog) if fails else set())
+
+
+async def test_shadow_stopped_mid_replay_leaves_only_its_unhandled_remainder(
+    noida: Broker, group_id: str
+) -> None:
+    topic = await _topic(noida.bootstrap, 1)
+    backlog = _values("b", 1, 2_000)
+    await produce(noida.bootstrap, topic, backlog)
+    seen = Seen()
+
+    async with _app(noida, group_id, topic, seen, name="first", replay_delay=0.002) as first:
+        with anyio.fail_after(30):
+            await first.wait_ready()
+            while seen.replayed_by["first"] < 300:
+                await seen.changed.wait()
+    # The member left mid-replay: its last commit clipped the range at its first
+    # unhandled record, so the next owner owes only the rest.
+    rest = seen.replayed_by["first"]
+    assert rest < 2_000, "the shadow finished before the member left"
+    assert (await _commits(noida.bootstrap, group_id, topic, 1))[0] == (
+        2_000,
+        [OffsetRange(rest, 2_000)],
+    )
+
+    # The same static member id: noida keeps a static member that left (see README).
+    with capture_logs() as logs:
+        async with _app(noida, group_id, topic, seen, name="first"):
+            with anyio.fail_after(60):
+                await seen.wait_for(_names(backlog))
+            await _wait_commits(noida.bootstrap, group_id, topic, [(2_000, [])])
+
+    started = [e["ranges"] for e in logs if e["event"] == "shadow_started"]
+    assert started == [[[rest, 2_000]]]
+    assert seen.replayed_by["first"] == 2_000
+    assert max(seen.values.values()) == 1, "a backlog record was handled twice"
