@@ -214,6 +214,18 @@ class OffsetTracker:
             state.map_dropped = False
         return state.metadata if text is None else text
 
+    def unsaved(self, tps: set[TP]) -> dict[TP, tuple[tuple[int, str], tuple[int | None, str]]]:
+        """What a refused commit of ``tps`` would have written, beside what the broker has.
+
+        Per partition with progress the broker does not have: ((offset, metadata) to
+        commit, (committed offset, committed metadata)).
+        """
+        states = self.partitions
+        return {
+            tp: (commit, (states[tp].committed, states[tp].committed_metadata))
+            for tp, commit in self.pending(tps).items()
+        }
+
     def committed(self, offsets: dict[TP, tuple[int, str]]) -> None:
         for tp, (offset, metadata) in offsets.items():
             state = self.partitions.get(tp)
