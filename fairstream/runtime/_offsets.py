@@ -136,6 +136,11 @@ class OffsetTracker:
         state = self.partitions.get(tp)
         return state.shadow if state is not None else ()
 
+    def next_commit(self, tp: TP) -> int | None:
+        """The offset a commit of ``tp`` would write now: every record below it is done."""
+        state = self.partitions.get(tp)
+        return state.next_commit if state is not None else None
+
     def advance(self, tp: TP, next_offset: int) -> None:
         """Every record of ``tp`` before ``next_offset`` is done."""
         state = self.partitions.get(tp)
