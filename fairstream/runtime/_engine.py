@@ -95,6 +95,7 @@ class Engine:
             wake=self._wake,
             fail=self._fail,
             release_all=self._release_all,
+            watermark=self._offsets.next_commit,
         )
         runner = DispatchRunner(
             self._offsets, clients.dead_letter, self.stats_recorder, manual_ack=ack == "manual"

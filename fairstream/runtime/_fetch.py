@@ -8,11 +8,22 @@ walks a heap of a million waiting records. Backpressure is *not pulling*: unlike
 A consumer whose group coordination died for good (``consumer_broken``) is
 replaced here: its partitions are released the usual way (``release_all``) and a
 new consumer rejoins the group.
+
+An error that names partitions (a batch failing its CRC check, a record too large
+for the fetch size, an offset out of range) is theirs alone: those partitions go
+to the back, set aside with a backoff of their own (0.5 s doubling to 30 s), while
+the others are pulled on at once (KIP-387 asks the same of a broker). aiokafka may
+have moved positions past records it never returned when it raised (the CRC check
+runs while a pull is drained, and the records drained before it are dropped), so
+every wanted partition is first sought back to the offset after the last record
+it delivered here (or to its commit watermark): nothing is skipped, and a failing
+partition is read again from its first record not handled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -34,6 +45,17 @@ _REBUILD_LIMIT = 5
 """Consumer rebuilds in a row, with no assignment between them, before fetching stops."""
 
 
+_SET_ASIDE_FIRST = 0.5
+_SET_ASIDE_MAX = 30.0
+"""Seconds a partition whose fetch failed is left out: the first time, and at most."""
+
+
+def _named(exc: KafkaError, wanted: Sequence[TopicPartition]) -> list[TopicPartition]:
+    """The wanted partitions ``exc`` is about: aiokafka names them in its message."""
+    text = str(exc)
+    return [tp for tp in wanted if repr(tp) in text]
+
+
 def _rebuild_backoff(attempt: int) -> float:
     """Seconds to wait before rebuild ``attempt``: none for the first, then 0.5 s doubling."""
     return 0.0 if attempt == 1 else 0.5 * 2 ** (attempt - 2)
@@ -43,7 +65,8 @@ class Fetcher:
     """Fills the scheduler's live queues from the group consumer, within the buffer bounds.
 
     ``wake`` tells idle workers there is work; ``fail`` stops the app with an error;
-    ``release_all`` revokes every owned partition before a consumer rebuild.
+    ``release_all`` revokes every owned partition before a consumer rebuild;
+    ``watermark`` is a partition's next offset to commit (all below it handled).
     """
 
     def __init__(
@@ -55,6 +78,7 @@ class Fetcher:
         wake: Callable[[], None],
         fail: Callable[[FairstreamError], None],
         release_all: Callable[[], Awaitable[None]],
+        watermark: Callable[[TP], int | None],
     ) -> None:
         self._clients = clients
         self._scheduler = scheduler
@@ -62,6 +86,7 @@ class Fetcher:
         self._wake = wake
         self._fail = fail
         self._release_all = release_all
+        self._watermark = watermark
         self._pulling = False
         self._room = anyio.Event()
         self._pull = anyio.CancelScope()
@@ -72,6 +97,10 @@ class Fetcher:
         pull cost 30% of the app's time at 2,048 partitions."""
         self._unheld_version = -1  # the scheduler's version it was built for
         self._topic_partitions: dict[TP, TopicPartition] = {}
+        self._next: dict[TP, int] = {}
+        """The offset after the last record delivered per partition, since the assignment."""
+        self._aside: dict[TopicPartition, tuple[int, float]] = {}
+        """Partitions whose fetch failed: failures in a row, and when to try again."""
         self.rebuilt = 0
         """Consumers rebuilt since the app started (for ``app.stats()``)."""
 
@@ -83,6 +112,8 @@ class Fetcher:
     def assigned(self) -> None:
         """The group gave this consumer partitions: pull for them, and it is healthy."""
         self._rebuilds = 0
+        self._next.clear()
+        self._aside.clear()
         self._room.set()
 
     async def run(self) -> None:
@@ -90,10 +121,12 @@ class Fetcher:
         scheduler = self._scheduler
         while not self._stopping:
             wanted, room = self._wanted()
+            retry_in = self._leave_aside(wanted) if self._aside else None
             # With no partition yet, poll them all: a consumer may join only while polled.
             if not wanted and scheduler.queues:
                 self._room = anyio.Event()
-                await self._room.wait()
+                with anyio.move_on_after(retry_in if retry_in is not None else float("inf")):
+                    await self._room.wait()
                 continue
             consumer = self._clients.consumer
             batches: dict[TopicPartition, list[Any]] = {}
@@ -108,6 +141,15 @@ class Fetcher:
                 finally:
                     self._pulling = False
             if failure is not None:
+                # The join poll names no partition: it pulled every assigned one.
+                pulled = wanted or [self._topic_partition(tp) for tp in scheduler.queues]
+                named = _named(failure, pulled)
+                try:
+                    if named:
+                        await self._set_aside(named, pulled, failure)
+                        continue
+                except KafkaError as exc:  # the seek back failed: never read on past it
+                    failure = exc
                 if not await self._failed(failure):
                     return
                 continue
@@ -115,12 +157,56 @@ class Fetcher:
                 key = (tp.topic, tp.partition)
                 if key in scheduler.queues and fetched:
                     records = as_records(fetched)
+                    self._next[key] = records[-1].offset + 1
+                    if self._aside:
+                        self._aside.pop(tp, None)
                     queue = scheduler.push(key, records, record_bytes(records))
                     if not queue.paused and self._held(queue):
                         queue.paused = True
                         self._unheld.pop(key, None)
             if batches:
                 self._wake()
+
+    def _leave_aside(self, wanted: list[TopicPartition]) -> float | None:
+        """Drop from ``wanted`` the partitions set aside; seconds until the first is due."""
+        now = time.monotonic()
+        due = [at for _, at in self._aside.values() if at > now]
+        wanted[:] = [tp for tp in wanted if self._aside.get(tp, (0, now))[1] <= now]
+        return min(due) - now if due else None
+
+    async def _set_aside(
+        self, named: list[TopicPartition], pulled: list[TopicPartition], exc: KafkaError
+    ) -> None:
+        """Put the partitions ``exc`` names at the back; the others are pulled on at once.
+
+        Each pulled partition is sought back first (see the module's docstring); one
+        with nothing delivered, handled or committed yet goes back to its log start.
+        """
+        consumer = self._clients.consumer
+        unread: list[TopicPartition] = []
+        for tp in pulled:
+            key = (tp.topic, tp.partition)
+            offset = self._next.get(key)
+            if offset is None:
+                offset = self._watermark(key)
+            if offset is None:
+                unread.append(tp)
+            else:
+                consumer.seek(tp, offset)
+        if unread:
+            await consumer.seek_to_beginning(*unread)
+        for tp in named:
+            failures = self._aside.get(tp, (0, 0.0))[0] + 1
+            backoff = min(_SET_ASIDE_MAX, _SET_ASIDE_FIRST * 2 ** (failures - 1))
+            self._aside[tp] = (failures, time.monotonic() + backoff)
+            log.warning(
+                "partition_fetch_failed",
+                topic=tp.topic,
+                partition=tp.partition,
+                reason=f"{type(exc).__name__}: {exc}",
+                failures=failures,
+                retry_in=backoff,
+            )
 
     def taken(self, dispatch: Dispatch[Record[bytes]]) -> None:
         """A worker took ``dispatch``: restart the pull if that made room in a held queue."""

@@ -136,6 +136,11 @@ class OffsetTracker:
         state = self.partitions.get(tp)
         return state.shadow if state is not None else ()
 
+    def next_commit(self, tp: TP) -> int | None:
+        """The offset a commit of ``tp`` would write now: every record below it is done."""
+        state = self.partitions.get(tp)
+        return state.next_commit if state is not None else None
+
     def advance(self, tp: TP, next_offset: int) -> None:
         """Every record of ``tp`` before ``next_offset`` is done."""
         state = self.partitions.get(tp)
@@ -213,6 +218,18 @@ class OffsetTracker:
         else:
             state.map_dropped = False
         return state.metadata if text is None else text
+
+    def unsaved(self, tps: set[TP]) -> dict[TP, tuple[tuple[int, str], tuple[int | None, str]]]:
+        """What a refused commit of ``tps`` would have written, beside what the broker has.
+
+        Per partition with progress the broker does not have: ((offset, metadata) to
+        commit, (committed offset, committed metadata)).
+        """
+        states = self.partitions
+        return {
+            tp: (commit, (states[tp].committed, states[tp].committed_metadata))
+            for tp, commit in self.pending(tps).items()
+        }
 
     def committed(self, offsets: dict[TP, tuple[int, str]]) -> None:
         for tp, (offset, metadata) in offsets.items():

@@ -19,6 +19,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from fairstream.config import OffsetReset
 from fairstream.errors import FairstreamError
+from fairstream.ranges import decode_shadow
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._ports import KafkaClients, ShadowClients
 from fairstream.runtime._record import TP, Record
@@ -80,6 +81,8 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         self._running_on = running_on
         self._assigned = assigned
         self._fail = fail
+        self._unsaved: dict[TP, tuple[tuple[int, str], tuple[int | None, str]]] = {}
+        """Progress of revoked partitions whose revoke commit the broker refused."""
         self.joined = anyio.Event()
 
     # --- aiokafka's listener ----------------------------------------------------------
@@ -104,6 +107,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         committed, so no open shadow range is overwritten) and the app stops with it.
         """
         clients = self._shadow_clients
+        unsaved, self._unsaved = self._unsaved, {}
         plans: dict[TP, CatchUp] = {}
         deleted: dict[TP, int] = {}
         partitions = [TopicPartition(*tp) for tp in sorted(tps)]
@@ -111,7 +115,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
             self._clients.consumer.pause(*partitions)
             try:
                 plans, deleted = await retry_broker(
-                    lambda: self._read_offsets(clients, tps),
+                    lambda: self._read_offsets(clients, tps, unsaved),
                     event="assignment_read_retry",
                     partitions=sorted(tps),
                 )
@@ -142,14 +146,65 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         log.info("partitions_assigned", group_id=self.group_id, partitions=sorted(tps))
 
     async def _read_offsets(
-        self, clients: ShadowClients, tps: set[TP]
+        self,
+        clients: ShadowClients,
+        tps: set[TP],
+        unsaved: dict[TP, tuple[tuple[int, str], tuple[int | None, str]]],
     ) -> tuple[dict[TP, CatchUp], dict[TP, int]]:
         """The catch-up plans and the retention gaps (:meth:`_deleted_unread`) of ``tps``."""
-        plans = await self._plan_catch_ups(clients, tps)
+        committed = await self._restore(await clients.committed_offsets(tps), unsaved)
+        plans = await self._plan_catch_ups(clients, tps, committed)
         return plans, await self._deleted_unread(clients, plans)
 
-    async def _plan_catch_ups(self, clients: ShadowClients, tps: set[TP]) -> dict[TP, CatchUp]:
-        committed = await clients.committed_offsets(tps)
+    async def _restore(
+        self,
+        committed: dict[TP, tuple[int, str] | None],
+        unsaved: dict[TP, tuple[tuple[int, str], tuple[int | None, str]]],
+    ) -> dict[TP, tuple[int, str] | None]:
+        """Commit what a refused revoke commit left unsaved, for partitions back with us.
+
+        noida refuses a commit racing a rebalance (ILLEGAL_GENERATION), so the revoke
+        commit can fail and the next owner would repeat everything handled since the
+        last periodic commit - a shadow's replay included. A partition that came back
+        to this member with the commit it last saw unchanged was committed by nobody
+        in between: what this member handled before the revoke still holds, and is
+        committed now, before the plan reads it. Otherwise it is dropped (another
+        owner moved on; aiokafka commits only assigned partitions anyway).
+        """
+        back = {
+            tp: commit
+            for tp, (commit, before) in unsaved.items()
+            if tp in committed and (committed[tp] or (None, "")) == before
+        }
+        if not back:
+            return committed
+        try:
+            await self._clients.consumer.commit(
+                {TopicPartition(*tp): OffsetAndMetadata(*commit) for tp, commit in back.items()}
+            )
+        except KafkaError as exc:
+            log.warning(
+                "unsaved_progress_dropped",
+                partitions=sorted(back),
+                reason=f"{type(exc).__name__}: {exc}",
+            )
+            return committed
+        for tp, (offset, metadata) in sorted(back.items()):
+            log.info(
+                "unsaved_progress_committed",
+                topic=tp[0],
+                partition=tp[1],
+                offset=offset,
+                shadow=[[r.start, r.end] for r in decode_shadow(metadata)],
+            )
+        return {**committed, **back}
+
+    async def _plan_catch_ups(
+        self,
+        clients: ShadowClients,
+        tps: set[TP],
+        committed: dict[TP, tuple[int, str] | None],
+    ) -> dict[TP, CatchUp]:
         subscriber = {tp: self._subscribers[self._lane_of_topic[tp[0]]] for tp in tps}
         settings = {tp: subscriber[tp].parallel_rebalance for tp in tps}
         eligible = {tp for tp in tps if settings[tp] is not None and self._ack == "auto"}
@@ -299,7 +354,9 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
     async def revoke(self, tps: set[TP]) -> None:
         """Finish or cancel in-flight work on ``tps``, commit it, then release them.
 
-        Shadows of ``tps`` stop first; the commit records how far they got.
+        Shadows of ``tps`` stop first; the commit records how far they got. A commit
+        the broker refuses is kept and written if the partitions come back
+        (:meth:`_restore`).
         """
         if self._shadows is not None:
             await self._shadows.stop(tps)
@@ -315,7 +372,8 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
             for running in waiting:
                 running.scope.cancel()
                 await running.done.wait()
-        await self._commit(tps)
+        if not await self._commit(tps):
+            self._unsaved.update(self._offsets.unsaved(tps))
         for tp in sorted(tps):
             if open_ranges := self._offsets.shadow(tp):
                 log.info(

@@ -257,6 +257,15 @@ class _MemoryConsumer:
         self._paused.difference_update(partitions)
         self._broker._notify()
 
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        if partition in self._positions:
+            self._positions[partition] = offset
+            self._broker._notify()
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        for partition in partitions:
+            self.seek(partition, 0)
+
     async def commit(self, offsets: Mapping[TopicPartition, Any] | None = None) -> None:
         group = self._broker._groups[self._group_id]
         for tp, value in (offsets or {}).items():

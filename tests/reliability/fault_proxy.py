@@ -12,7 +12,10 @@ production networks have:
 - :attr:`FaultProxy.latency`: seconds added to every chunk forwarded;
 - :meth:`FaultProxy.refuse`: the next ``times`` connections whose first request
   names a client id are closed before it reaches the broker (one client's
-  connections failing while the others' work).
+  connections failing while the others' work);
+- :attr:`FaultProxy.garble`: ``(old, new)`` bytes of the same length replaced in what
+  the broker sends, so the record batch holding ``old`` fails its CRC check (a
+  corrupted batch of one partition).
 
 Real sockets and a real broker on both sides: only the wire between them is ours.
 """
@@ -58,6 +61,7 @@ class FaultProxy:
         self._flowing = anyio.Event()
         self._flowing.set()
         self._refusals: dict[str, int] = {}
+        self.garble: tuple[bytes, bytes] | None = None
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=self.port)
@@ -100,8 +104,8 @@ class FaultProxy:
                         return
                     await up.send(first)
                     async with anyio.create_task_group() as pumps:
-                        pumps.start_soon(self._pump, client, up, pumps.cancel_scope)
-                        pumps.start_soon(self._pump, up, client, pumps.cancel_scope)
+                        pumps.start_soon(self._pump, client, up, pumps.cancel_scope, False)
+                        pumps.start_soon(self._pump, up, client, pumps.cancel_scope, True)
             except (OSError, anyio.EndOfStream, anyio.BrokenResourceError):
                 pass  # either side hung up: the connection is over
             finally:
@@ -112,10 +116,13 @@ class FaultProxy:
         source: anyio.abc.SocketStream,
         sink: anyio.abc.SocketStream,
         both: anyio.CancelScope,
+        from_broker: bool,
     ) -> None:
         try:
             while True:
                 chunk = await source.receive(_CHUNK)
+                if from_broker and self.garble is not None:
+                    chunk = chunk.replace(*self.garble)
                 await self._flowing.wait()
                 if self.latency:
                     await anyio.sleep(self.latency)

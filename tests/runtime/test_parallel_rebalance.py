@@ -345,3 +345,71 @@ async def test_large_ranges_go_to_the_shadow_handoff(
     assert calls == [(topic, 0, OffsetRange(0, 1_000))]
     replayed = {value for value, replay in seen.order if replay}
     assert replayed == (_names(backlog) if fails else set())
+
+
+async def test_shadow_stopped_mid_replay_leaves_only_its_unhandled_remainder(
+    noida: Broker, group_id: str
+) -> None:
+    topic = await _topic(noida.bootstrap, 1)
+    backlog = _values("b", 1, 2_000)
+    await produce(noida.bootstrap, topic, backlog)
+    seen = Seen()
+
+    async with _app(noida, group_id, topic, seen, name="first", replay_delay=0.002) as first:
+        with anyio.fail_after(30):
+            await first.wait_ready()
+            while seen.replayed_by["first"] < 300:
+                await seen.changed.wait()
+    # The member left mid-replay: its last commit clipped the range at its first
+    # unhandled record, so the next owner owes only the rest.
+    rest = seen.replayed_by["first"]
+    assert rest < 2_000, "the shadow finished before the member left"
+    assert (await _commits(noida.bootstrap, group_id, topic, 1))[0] == (
+        2_000,
+        [OffsetRange(rest, 2_000)],
+    )
+
+    # The same static member id: noida keeps a static member that left (see README).
+    with capture_logs() as logs:
+        async with _app(noida, group_id, topic, seen, name="first"):
+            with anyio.fail_after(60):
+                await seen.wait_for(_names(backlog))
+            await _wait_commits(noida.bootstrap, group_id, topic, [(2_000, [])])
+
+    started = [e["ranges"] for e in logs if e["event"] == "shadow_started"]
+    assert started == [[[rest, 2_000]]]
+    assert seen.replayed_by["first"] == 2_000
+    assert max(seen.values.values()) == 1, "a backlog record was handled twice"
+
+
+async def test_shadow_revoked_by_a_rebalance_resumes_where_its_handled_records_end(
+    noida: Broker, group_id: str
+) -> None:
+    topic = await _topic(noida.bootstrap, 1)
+    other = await _topic(noida.bootstrap, 1)
+    backlog = _values("b", 1, 2_000)
+    await produce(noida.bootstrap, topic, backlog)
+    seen = Seen()
+
+    with capture_logs() as logs:
+        async with _app(noida, group_id, topic, seen, name="first", replay_delay=0.002) as first:
+            with anyio.fail_after(30):
+                await first.wait_ready()
+                while seen.replayed_by["first"] < 300:
+                    await seen.changed.wait()
+            # A member of another topic joins: the group rebalances, the shadow is
+            # revoked mid-replay (noida refuses the commit racing the rebalance) and
+            # the partition comes back.
+            async with _app(noida, group_id, other, Seen(), name="second") as second:
+                with anyio.fail_after(30):
+                    await second.wait_ready()
+                with anyio.fail_after(60):
+                    await seen.wait_for(_names(backlog))
+                await _wait_commits(noida.bootstrap, group_id, topic, [(2_000, [])])
+
+    started = [e["ranges"] for e in logs if e["event"] == "shadow_started"]
+    stopped = [e["shadow"] for e in logs if e["event"] == "shadow_stopped"]
+    assert len(started) == 2 and len(stopped) == 1, "the shadow was not revoked mid-replay"
+    assert started[1] == stopped[0], "the shadow did not resume where its handled records end"
+    twice = sorted((v for v, n in seen.values.items() if n > 1), key=lambda v: int(v[1:]))
+    assert not twice, f"{len(twice)} backlog records handled twice, from {twice[0]}"
