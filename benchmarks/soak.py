@@ -20,7 +20,10 @@ same functions the quick suite asserts on, only larger:
   sent during the outage, a second process finishes; noida only);
 - flaky network: tansu behind a TCP fault proxy that adds latency, resets every
   connection and blackholes them, ``--flaky-rounds`` times (tansu only: noida cannot
-  advertise the proxy's port).
+  advertise the proxy's port);
+- retention skip: the group committed a tenth of each partition, then the first
+  third was deleted (``DeleteRecords``; noida only: tansu does not serve it); every
+  record left is handled and the deleted unread ones are counted in ``app.stats()``.
 
     python benchmarks/soak.py                         # everything, 200k records
     python benchmarks/soak.py --records 20000 --only storm kill --engines noida
@@ -47,6 +50,7 @@ from fairstream.testing import EmbeddedBroker
 from tests.reliability.checker import Result
 from tests.reliability.flaky import flaky_network
 from tests.reliability.outage import broker_outage
+from tests.reliability.retention import retention_skip
 from tests.reliability.scenarios import (
     broker_restart,
     handler_failures,
@@ -64,12 +68,23 @@ SCENARIOS = (
     "outage",
     "outage-term",
     "flaky",
+    "retention",
     "kill-pr",
     "storm-pr",
 )
-DEFAULT = ("kill", "storm", "restart", "errors", "poison", "outage", "outage-term", "flaky")
-ENGINE_OF = {"outage": "noida", "outage-term": "noida", "flaky": "tansu"}
-"""Scenarios that start a broker of their own, and the one engine they run on."""
+DEFAULT = (
+    "kill",
+    "storm",
+    "restart",
+    "errors",
+    "poison",
+    "outage",
+    "outage-term",
+    "flaky",
+    "retention",
+)
+ENGINE_OF = {"outage": "noida", "outage-term": "noida", "flaky": "tansu", "retention": "noida"}
+"""Scenarios that run on one engine only, and that engine."""
 HEADER = ("scenario", "engine", "records", "lost", "duplicated", "seconds")
 
 
@@ -214,7 +229,20 @@ def runners(args: argparse.Namespace) -> dict[str, Runner]:
         )
         return outcome.result
 
+    async def retention(bootstrap: str, static: bool, work: Path) -> Result:
+        outcome = await retention_skip(
+            bootstrap, static=static, records=n, partitions=parts, workdir=work, wait_limit=1_800
+        )
+        if outcome.counted != outcome.deleted_unread:
+            print(
+                f"!! {outcome.deleted_unread} records deleted unread, "
+                f"{outcome.counted} counted in app.stats()",
+                file=sys.stderr,
+            )
+        return outcome.result
+
     return {
+        "retention": retention,
         "outage": outage,
         "outage-term": partial(outage, term=True),
         "flaky": flaky,
