@@ -20,7 +20,13 @@ same functions the quick suite asserts on, only larger:
   sent during the outage, a second process finishes; noida only);
 - flaky network: tansu behind a TCP fault proxy that adds latency, resets every
   connection and blackholes them, ``--flaky-rounds`` times (tansu only: noida cannot
-  advertise the proxy's port).
+  advertise the proxy's port);
+- retention skip: the group committed a tenth of each partition, then the first
+  third was deleted (``DeleteRecords``; noida only: tansu does not serve it); every
+  record left is handled and the deleted unread ones are counted in ``app.stats()``;
+- combined (only with ``--only combined``): a storm of ``--storm-events`` joins and
+  leaves over ``--storm-seconds``, a kill -9 of a ``fairstream run`` member and a
+  restart of a dedicated noida broker in one run, with ``parallel_rebalance=True``.
 
     python benchmarks/soak.py                         # everything, 200k records
     python benchmarks/soak.py --records 20000 --only storm kill --engines noida
@@ -45,8 +51,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fairstream import logs
 from fairstream.testing import EmbeddedBroker
 from tests.reliability.checker import Result
+from tests.reliability.combined import combined_faults
 from tests.reliability.flaky import flaky_network
 from tests.reliability.outage import broker_outage
+from tests.reliability.retention import retention_skip
 from tests.reliability.scenarios import (
     broker_restart,
     handler_failures,
@@ -64,12 +72,30 @@ SCENARIOS = (
     "outage",
     "outage-term",
     "flaky",
+    "retention",
+    "combined",
     "kill-pr",
     "storm-pr",
 )
-DEFAULT = ("kill", "storm", "restart", "errors", "poison", "outage", "outage-term", "flaky")
-ENGINE_OF = {"outage": "noida", "outage-term": "noida", "flaky": "tansu"}
-"""Scenarios that start a broker of their own, and the one engine they run on."""
+DEFAULT = (
+    "kill",
+    "storm",
+    "restart",
+    "errors",
+    "poison",
+    "outage",
+    "outage-term",
+    "flaky",
+    "retention",
+)
+ENGINE_OF = {
+    "outage": "noida",
+    "outage-term": "noida",
+    "flaky": "tansu",
+    "retention": "noida",
+    "combined": "noida",
+}
+"""Scenarios that run on one engine only, and that engine."""
 HEADER = ("scenario", "engine", "records", "lost", "duplicated", "seconds")
 
 
@@ -97,8 +123,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         nargs="+",
         choices=SCENARIOS,
         default=list(DEFAULT),
-        help="scenarios to run (default: all but the *-pr ones, which run kill and storm "
-        "with App(parallel_rebalance=True); tansu refuses it and consumes plainly)",
+        help="scenarios to run (default: all but combined and the *-pr ones, which run kill "
+        "and storm with App(parallel_rebalance=True); tansu refuses it and consumes plainly)",
     )
     parser.add_argument(
         "--log-level",
@@ -214,7 +240,36 @@ def runners(args: argparse.Namespace) -> dict[str, Runner]:
         )
         return outcome.result
 
+    async def retention(bootstrap: str, static: bool, work: Path) -> Result:
+        outcome = await retention_skip(
+            bootstrap, static=static, records=n, partitions=parts, workdir=work, wait_limit=1_800
+        )
+        if outcome.counted != outcome.deleted_unread:
+            print(
+                f"!! {outcome.deleted_unread} records deleted unread, "
+                f"{outcome.counted} counted in app.stats()",
+                file=sys.stderr,
+            )
+        return outcome.result
+
+    async def combined(bootstrap: str, static: bool, work: Path) -> Result:
+        outcome = await combined_faults(
+            records=n,
+            partitions=parts,
+            events=args.storm_events,
+            seconds=args.storm_seconds,
+            workdir=work,
+            wait_limit=1_800,
+        )
+        for crash in outcome.crashes:
+            print(f"!! member crashed in the combined run: {crash}", file=sys.stderr)
+        if outcome.exit_code:
+            print(f"!! the process exited {outcome.exit_code} on SIGTERM", file=sys.stderr)
+        return outcome.result
+
     return {
+        "combined": combined,
+        "retention": retention,
         "outage": outage,
         "outage-term": partial(outage, term=True),
         "flaky": flaky,

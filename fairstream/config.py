@@ -99,7 +99,10 @@ def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
 class SecurityConfig:
     """TLS and SASL settings passed through to aiokafka.
 
-    The password never appears in ``repr()`` or logs.
+    ``ssl_cafile`` is the CA bundle that signed the brokers' certificates (the
+    system's CAs when ``None``); ``ssl_certfile`` and ``ssl_keyfile`` are the
+    client's own certificate and unencrypted key, for brokers that ask for one
+    (mutual TLS). The password never appears in ``repr()`` or logs.
     """
 
     protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
@@ -107,16 +110,12 @@ class SecurityConfig:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
 
     def __post_init__(self) -> None:
         _check_types(self, "security.")
-        if self.ssl_cafile is not None and not os.path.isfile(self.ssl_cafile):
-            raise ConfigError(
-                "security.ssl_cafile",
-                self.ssl_cafile,
-                "no such file",
-                "give the path of the CA bundle (PEM) that signed the brokers' certificates",
-            )
+        self._check_tls_files()
         if self.protocol.startswith("SASL"):
             if self.sasl_mechanism is None or not self.username or self.password is None:
                 raise ConfigError(
@@ -133,13 +132,45 @@ class SecurityConfig:
                 "use protocol='SASL_SSL' or 'SASL_PLAINTEXT'",
             )
 
+    def _check_tls_files(self) -> None:
+        """Each TLS file exists, the client certificate comes with its key, and none is
+        given without TLS (it would be ignored, and the connection left in clear)."""
+        files = {
+            "ssl_cafile": (self.ssl_cafile, "the CA bundle (PEM) that signed the brokers' certs"),
+            "ssl_certfile": (self.ssl_certfile, "the client's certificate (PEM)"),
+            "ssl_keyfile": (self.ssl_keyfile, "the client certificate's private key (PEM)"),
+        }
+        for name, (path, what) in files.items():
+            if path is None:
+                continue
+            if self.protocol not in ("SSL", "SASL_SSL"):
+                raise ConfigError(
+                    f"security.{name}",
+                    path,
+                    f"TLS is not used with protocol {self.protocol}",
+                    "use protocol='SSL' or 'SASL_SSL'",
+                )
+            if not os.path.isfile(path):
+                raise ConfigError(
+                    f"security.{name}", path, "no such file", f"give the path of {what}"
+                )
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ConfigError(
+                "security.ssl_keyfile" if self.ssl_keyfile is None else "security.ssl_certfile",
+                None,
+                "a client certificate needs both ssl_certfile and ssl_keyfile",
+                "give both, or neither",
+            )
+
     def aiokafka_kwargs(self) -> dict[str, object]:
         """Keyword arguments for aiokafka's consumer, producer and admin client."""
         kwargs: dict[str, object] = {"security_protocol": self.protocol}
         if self.protocol in ("SSL", "SASL_SSL"):
             from aiokafka.helpers import create_ssl_context
 
-            kwargs["ssl_context"] = create_ssl_context(cafile=self.ssl_cafile)
+            kwargs["ssl_context"] = create_ssl_context(
+                cafile=self.ssl_cafile, certfile=self.ssl_certfile, keyfile=self.ssl_keyfile
+            )
         if self.sasl_mechanism is not None:
             kwargs["sasl_mechanism"] = self.sasl_mechanism
             kwargs["sasl_plain_username"] = self.username

@@ -7,9 +7,14 @@ from collections.abc import Iterable
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from fairstream import SecurityConfig
 
-async def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+
+async def create_topic(
+    bootstrap: str, name: str, partitions: int, *, security: SecurityConfig | None = None
+) -> None:
+    settings = (security or SecurityConfig()).aiokafka_kwargs()
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **settings)  # type: ignore[arg-type]
     await admin.start()
     try:
         await admin.create_topics([NewTopic(name, partitions, 1)])

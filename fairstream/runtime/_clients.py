@@ -8,6 +8,7 @@ here, at the boundary, into messages that say what to check.
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -32,6 +33,7 @@ from fairstream.runtime._join import offer_all_at_once
 from fairstream.runtime._ports import AppSettings, ConsumerPort, ShadowReader
 from fairstream.runtime._record import TP, Headers, Record, as_records
 from fairstream.runtime._subscriber import Subscriber
+from fairstream.runtime._tls import tls_problem
 
 __all__ = ["AIOKafkaClients", "aiokafka_clients"]
 
@@ -152,6 +154,15 @@ class AIOKafkaClients:
         try:
             await client.start()
         except KafkaConnectionError as exc:
+            context = self._common.get("ssl_context")
+            problem = None
+            if isinstance(context, ssl.SSLContext):
+                problem = await tls_problem(self.bootstrap, context)
+            if problem is not None:
+                raise BrokerError(
+                    f"cannot reach the Kafka cluster to start the {what}: {problem}",
+                    bootstrap=self.bootstrap,
+                ) from exc
             check = "the bootstrap address (--bootstrap or FAIRSTREAM_BOOTSTRAP)"
             if self._secured:
                 check += ", the security settings (protocol, SASL mechanism, credentials, CA)"

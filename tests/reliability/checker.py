@@ -24,6 +24,8 @@ from typing import Any
 import anyio
 from aiokafka import AIOKafkaProducer
 
+from fairstream import SecurityConfig
+
 __all__ = [
     "Result",
     "Sighting",
@@ -87,13 +89,15 @@ async def produce_ids(
     partitions: int,
     *,
     per_second: float | None = None,
+    security: SecurityConfig | None = None,
 ) -> None:
     """Send each id to partition ``i % partitions``; all acknowledged on return.
 
     ``per_second`` spreads the sends over time (load shape, for scenarios that
     change the group or the broker while records keep arriving).
     """
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
+    settings = (security or SecurityConfig()).aiokafka_kwargs()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all", **settings)
     await producer.start()
     try:
         started = time.monotonic()

@@ -59,11 +59,13 @@ __all__ = [
     "BrokerRestart",
     "HandlerFailures",
     "KillRestart",
+    "Member",
     "Poison",
     "Storm",
     "broker_restart",
     "handler_failures",
     "kill_and_restart",
+    "member_app",
     "poison_records",
     "rebalance_storm",
     "spawn_sink",
@@ -202,7 +204,7 @@ async def kill_and_restart(
 # --- in-process members ---------------------------------------------------------------
 
 
-def _sink_app(
+def member_app(
     bootstrap: str,
     group: str,
     topic: str,
@@ -214,6 +216,7 @@ def _sink_app(
     delay: float = 0.0,
     parallel_rebalance: bool = False,
 ) -> App:
+    """An in-process member of ``group`` writing each record to ``sink``, tagged ``name``."""
     app = App(
         bootstrap=bootstrap,
         group_id=group,
@@ -232,7 +235,7 @@ def _sink_app(
     return app
 
 
-class _Member:
+class Member:
     """An app running in its own task until :meth:`leave`.
 
     An app that stops on its own with a :class:`FairstreamError` is kept in
@@ -306,7 +309,7 @@ async def rebalance_storm(
     started = time.monotonic()
 
     def app(name: str) -> App:
-        return _sink_app(
+        return member_app(
             bootstrap,
             group,
             topic,
@@ -321,19 +324,19 @@ async def rebalance_storm(
     done_events = 0
     crashes: list[str] = []
 
-    def crashed(name: str, member: _Member) -> bool:
+    def crashed(name: str, member: Member) -> bool:
         if member.failure is None:
             return False
         crashes.append(f"{name}: {type(member.failure).__name__}: {member.failure}")
         return True
 
     async with anyio.create_task_group() as tasks:
-        anchor = _Member(app("anchor"))
+        anchor = Member(app("anchor"))
         await tasks.start(anchor.run)
         # The producer spreads the records over the storm.
         rate = records / seconds
         tasks.start_soon(partial(produce_ids, bootstrap, topic, ids, partitions, per_second=rate))
-        up: dict[str, _Member] = {}
+        up: dict[str, Member] = {}
         names = [f"guest-{i}" for i in range(pool)]
         tick = seconds / max(1, events)
         for event in range(events):
@@ -341,17 +344,17 @@ async def rebalance_storm(
             if name in up and not crashed(name, up[name]):
                 await up.pop(name).leave()
             else:
-                up[name] = _Member(app(name))
+                up[name] = Member(app(name))
                 await tasks.start(up[name].run)
             done_events += 1
             await anyio.sleep(tick)  # load shape: the pace of the storm, not a wait
         for name in names:
             if name not in up or crashed(name, up[name]):
-                up[name] = _Member(app(name))
+                up[name] = Member(app(name))
                 await tasks.start(up[name].run)
                 done_events += 1
         if crashed("anchor", anchor):
-            anchor = _Member(app("anchor"))
+            anchor = Member(app("anchor"))
             await tasks.start(anchor.run)
         await sink.wait_unique(records, wait_limit)
         for member in [anchor, *up.values()]:
@@ -410,8 +413,8 @@ async def broker_restart(
         await produce_ids(bootstrap, topic, ids[:half], partitions)
         produced = half
         sink = Sink(workdir / f"{topic}.sink", "restart")
-        member = _Member(
-            _sink_app(
+        member = Member(
+            member_app(
                 bootstrap,
                 group,
                 topic,

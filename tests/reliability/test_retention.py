@@ -13,9 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
-from aiokafka.structs import OffsetAndMetadata
+from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -23,31 +21,13 @@ from fairstream import App, ConsumerConfig, Record, SchedulerConfig
 from fairstream.prometheus import FairstreamCollector
 from tests.conftest import Broker, TopicFactory
 from tests.reliability.checker import Sink, check, make_ids, produce_ids, read_sightings, summary
+from tests.reliability.retention import commit_offsets, delete_records
 
 pytestmark = [pytest.mark.broker, pytest.mark.reliability]
 
 PER_PARTITION = 100
 COMMITTED = 10
 LOG_START = 40
-
-
-async def _commit(bootstrap: str, group_id: str, offsets: dict[TopicPartition, int]) -> None:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id)
-    await consumer.start()
-    try:
-        consumer.assign(list(offsets))
-        await consumer.commit({tp: OffsetAndMetadata(o, "") for tp, o in offsets.items()})
-    finally:
-        await consumer.stop()
-
-
-async def _delete_records(bootstrap: str, tp: TopicPartition, before: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.delete_records({tp: RecordsToDelete(before)})
-    finally:
-        await admin.close()
 
 
 async def test_records_deleted_before_they_were_read_are_reported_and_the_rest_handled(
@@ -61,8 +41,9 @@ async def test_records_deleted_before_they_were_read_are_reported_and_the_rest_h
     topic = await make_topic(partitions=2)
     ids = make_ids("retention", 2 * PER_PARTITION)
     await produce_ids(broker.bootstrap, topic, ids, 2)  # id i on partition i % 2, in order
-    await _commit(broker.bootstrap, group_id, {TopicPartition(topic, p): COMMITTED for p in (0, 1)})
-    await _delete_records(broker.bootstrap, TopicPartition(topic, 0), LOG_START)
+    offsets = {TopicPartition(topic, p): COMMITTED for p in (0, 1)}
+    await commit_offsets(broker.bootstrap, group_id, offsets)
+    await delete_records(broker.bootstrap, {TopicPartition(topic, 0): LOG_START})
     # Partition 0 keeps offsets 40.., partition 1 is read from its commit, 10..
     expected = [i for n, i in enumerate(ids) if n // 2 >= (LOG_START if n % 2 == 0 else COMMITTED)]
 

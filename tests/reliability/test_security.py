@@ -17,7 +17,7 @@ import pytest
 import structlog
 
 from fairstream import App, ConfigError, Record, SchedulerConfig, SecurityConfig
-from fairstream.runtime._app import _aiokafka_clients
+from fairstream.runtime._clients import aiokafka_clients
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic, produce
 
@@ -102,6 +102,45 @@ def test_missing_ca_file_is_a_config_error(tmp_path: Path) -> None:
         SecurityConfig(protocol="SSL", ssl_cafile=str(missing))
 
 
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        pytest.param(
+            {"protocol": "SSL", "ssl_certfile": "{ca}"},
+            "security.ssl_keyfile: a client certificate needs both ssl_certfile and ssl_keyfile",
+            id="cert-without-key",
+        ),
+        pytest.param(
+            {"protocol": "SASL_SSL", "ssl_keyfile": "{ca}"},
+            "security.ssl_certfile: a client certificate needs both",
+            id="key-without-cert",
+        ),
+        pytest.param(
+            {"protocol": "SSL", "ssl_certfile": "{ca}", "ssl_keyfile": "{missing}"},
+            "security.ssl_keyfile='{missing}': no such file",
+            id="missing-key",
+        ),
+        pytest.param(
+            {"ssl_cafile": "{ca}"},
+            "security.ssl_cafile='{ca}': TLS is not used with protocol PLAINTEXT",
+            id="ca-without-tls",
+        ),
+        pytest.param(
+            {"protocol": "SASL_PLAINTEXT", "ssl_certfile": "{ca}", "ssl_keyfile": "{ca}"},
+            "TLS is not used with protocol SASL_PLAINTEXT",
+            id="cert-without-tls",
+        ),
+    ],
+)
+def test_inconsistent_tls_files_are_config_errors(
+    settings: dict[str, str], message: str, ca_file: Path, tmp_path: Path
+) -> None:
+    paths = {"ca": str(ca_file), "missing": str(tmp_path / "missing.key")}
+    with pytest.raises(ConfigError) as caught:
+        SecurityConfig(**{k: v.format(**paths) for k, v in settings.items()})  # type: ignore[arg-type]
+    assert message.format(**paths) in str(caught.value)
+
+
 # --- pass-through --------------------------------------------------------------------
 
 
@@ -119,7 +158,7 @@ async def test_sasl_ssl_settings_reach_every_aiokafka_client(ca_file: Path) -> N
     async def handle(record: Record[bytes]) -> None: ...
 
     # The factory App uses by default; nothing connects until start().
-    clients = _aiokafka_clients(app, list(app.subscribers))
+    clients = aiokafka_clients(app, list(app.subscribers))
     try:
         consumer_client = clients._consumer._client
         producer_client = clients._producer.client
