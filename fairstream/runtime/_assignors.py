@@ -64,6 +64,7 @@ __all__ = [
     "check_replan_interval",
     "make_assignor",
     "protocol_name",
+    "shared_protocol",
 ]
 
 log = structlog.get_logger(__name__)
@@ -82,6 +83,16 @@ def protocol_name(strategy: str) -> str:
     offers (Kafka's ``sticky`` keeps its own user data), so they keep our prefix.
     """
     return strategy if strategy in _KAFKA_NAMED else f"fairstream-{strategy}"
+
+
+def shared_protocol(protocol: str | None) -> bool:
+    """Whether a group on ``protocol`` may hold members that are not fairstream apps.
+
+    Any Kafka client can join a group on ``range`` or ``roundrobin``, and such a
+    member cannot read the KIP-333 ranges kept in commit metadata: a partition that
+    jumped and then moved to it would lose its shadow's records.
+    """
+    return protocol is not None and not protocol.startswith("fairstream-")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,6 +20,7 @@ from aiokafka.structs import OffsetAndMetadata
 from fairstream.config import OffsetReset
 from fairstream.errors import FairstreamError
 from fairstream.ranges import decode_shadow
+from fairstream.runtime._assignors import shared_protocol
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._ports import KafkaClients, ShadowClients
 from fairstream.runtime._record import TP, Record
@@ -283,7 +284,12 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
                 self._offsets.advance(tp, end)
 
     async def _catch_up(self, clients: ShadowClients, plans: dict[TP, CatchUp]) -> None:
-        """Jump where planned and the broker keeps metadata; start the shadows."""
+        """Jump where planned, the group holds only fairstream apps and the broker
+        keeps metadata; start the shadows."""
+        if shared_protocol(self._clients.protocol):
+            for tp, plan in plans.items():
+                if plan.jump is not None:
+                    plans[tp] = plan.refuse("shared_protocol")
         jumps = {tp: plan for tp, plan in plans.items() if plan.jump is not None}
         kept = await self._metadata_kept(clients, jumps) if jumps else set()
         for tp, plan in sorted(jumps.items()):

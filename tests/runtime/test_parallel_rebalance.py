@@ -309,6 +309,39 @@ async def test_broker_dropping_metadata_refuses_to_jump_and_loses_nothing(
     assert [value for value, _ in seen.order[:1_500]] == [f"r{i}" for i in range(1_500)]
 
 
+@pytest.mark.parametrize(
+    ("assignor", "jumps"),
+    [("roundrobin", False), (["fair", "roundrobin"], True)],
+    ids=["kafka-protocol-refuses", "fairstream-protocol-jumps"],
+)
+async def test_a_group_other_clients_can_join_does_not_jump(
+    noida: Broker, group_id: str, assignor: str | list[str], jumps: bool
+) -> None:
+    """On ``range``/``roundrobin`` a plain Kafka consumer may share the group; it
+    cannot read the shadow ranges, so a jump could lose the backlog. A fairstream
+    protocol chosen first (every member is ours) still jumps."""
+    topic = await _topic(noida.bootstrap, 1)
+    records = _values("r", 1, 1_500)
+    await produce(noida.bootstrap, topic, records)
+    seen = Seen()
+    app = _app(noida, group_id, topic, seen, assignor=assignor)
+
+    with capture_logs() as logs:
+        async with app:
+            with anyio.fail_after(60):
+                await seen.wait_for(_names(records))
+
+    refused = [e["reason"] for e in logs if e["event"] == "parallel_rebalance_refused"]
+    started = [e for e in logs if e["event"] == "parallel_rebalance_started"]
+    if jumps:
+        assert (refused, len(started)) == ([], 1)
+        assert any(replay for _, replay in seen.order)
+    else:
+        assert (refused, started) == (["shared_protocol"], [])
+        assert not any(replay for _, replay in seen.order)
+        assert [value for value, _ in seen.order] == [f"r{i}" for i in range(1_500)]
+
+
 @pytest.mark.parametrize("fails", [False, True], ids=["handed-off", "handoff-fails"])
 async def test_large_ranges_go_to_the_shadow_handoff(
     noida: Broker, group_id: str, fails: bool
