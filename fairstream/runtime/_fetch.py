@@ -121,9 +121,8 @@ class Fetcher:
         scheduler = self._scheduler
         while not self._stopping:
             wanted, room = self._wanted()
-            retry_in = self._leave_aside(wanted) if self._aside else None
-            # With no partition yet, poll them all: a consumer may join only while polled.
-            if not wanted and scheduler.queues:
+            retry_in = self._leave_aside(wanted) if wanted is not None and self._aside else None
+            if wanted is not None and not wanted:
                 self._room = anyio.Event()
                 with anyio.move_on_after(retry_in if retry_in is not None else float("inf")):
                     await self._room.wait()
@@ -135,13 +134,15 @@ class Fetcher:
             with anyio.CancelScope() as self._pull:
                 self._pulling = True
                 try:
-                    batches = await consumer.getmany(*wanted, timeout_ms=200, max_records=room)
+                    batches = await consumer.getmany(
+                        *wanted or (), timeout_ms=200, max_records=room
+                    )
                 except KafkaError as exc:
                     failure = exc
                 finally:
                     self._pulling = False
             if failure is not None:
-                # The join poll names no partition: it pulled every assigned one.
+                # A pull that names no partition pulled every assigned one.
                 pulled = wanted or [self._topic_partition(tp) for tp in scheduler.queues]
                 named = _named(failure, pulled)
                 try:
@@ -236,8 +237,15 @@ class Fetcher:
             return False
         return await self._rebuild_consumer(str(exc))
 
-    def _wanted(self) -> tuple[list[TopicPartition], int]:
+    def _wanted(self) -> tuple[list[TopicPartition] | None, int]:
         """The partitions to pull now, and how many records one pull may bring.
+
+        ``None`` names no partition, so aiokafka pulls every assigned one it may
+        (not the paused ones): before the first assignment, because a consumer joins
+        its group only while polled, and whenever every live queue is wanted, because
+        aiokafka checks each named partition in every pull (a type check over all
+        of them, then a linear search per buffered partition), which cost more than
+        the records themselves at thousands of partitions.
 
         A queue at its target or above is *held* (``paused`` in the stats) until the
         scheduler drains it below, so a backlog partition that aiokafka lists first
@@ -261,12 +269,15 @@ class Fetcher:
                 for queue in scheduler.queues.values()
                 if not self._hold(queue)
             }
-        wanted = list(self._unheld.values())
+        unheld = self._unheld
         config = self._config
         room = config.max_buffered_records - scheduler.live_buffered
-        if not wanted:  # the join poll: its records go to partitions not known yet
-            return wanted, min(room, config.queue_target_records)
-        return wanted, min(room, max(config.queue_target_records, room // len(wanted)))
+        if not scheduler.queues:  # the join poll
+            return None, min(room, config.queue_target_records)
+        share = min(room, max(config.queue_target_records, room // max(len(unheld), 1)))
+        if len(unheld) == len(scheduler.queues) and not self._aside:
+            return None, share
+        return list(unheld.values()), share
 
     async def _rebuild_consumer(self, reason: str) -> bool:
         """Release every partition, then replace the consumer; ``False``: gave up (failed).
