@@ -168,7 +168,10 @@ def add_plan(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             "Offline: read a JSON document (members, partitions, optional lag and previous) "
             "and print the chosen strategy's assignment with its figures. Live what-if: "
             "with --group, read the group's members, subscriptions, current assignment and "
-            "lags from the cluster and show the current assignment beside every strategy's."
+            "lags from the cluster and show the current assignment beside every strategy's, "
+            "what each strategy would move from the current owners (from -> to) and the "
+            "busiest member's lag now and after, and whether lag with its min_improvement "
+            "would re-plan at all (the rule of App(replan_interval=...))."
         ),
     )
     parser.add_argument(
@@ -289,7 +292,9 @@ def _read_input(source: str) -> str:
 def _run_whatif(args: argparse.Namespace) -> int:
     import anyio
 
+    from fairstream._cli_replan import describe_moves, replan, verdict
     from fairstream.assign import STRATEGIES, member_lags, stats
+    from fairstream.assign.lag import MIN_IMPROVEMENT
 
     if not args.bootstrap:
         raise ConfigError(
@@ -320,13 +325,23 @@ def _run_whatif(args: argparse.Namespace) -> int:
         name: plan(snapshot, current) for name, plan in planners.items()
     }
     figures = {name: stats(snapshot, result, current) for name, result in plans.items()}
+    replans = {name: replan(snapshot, current, plans[name]) for name in planners}
+    # The drift watch's rule, whichever strategies are shown: lag re-plans iff it moves.
+    lag = (
+        replans["lag"]
+        if "lag" in replans
+        else replan(snapshot, current, _planner("lag", args)(snapshot, current))
+    )
+    margin = MIN_IMPROVEMENT if args.min_improvement is None else args.min_improvement
     if args.format == "json":
         document = {
             "group": args.group,
             "plans": {
                 name: {"assignment": result.to_json(), "stats": dataclasses.asdict(figures[name])}
+                | (replans[name].to_json() if name in replans else {})
                 for name, result in plans.items()
             },
+            "lag_replan": {"min_improvement": margin, "would_replan": bool(lag.moves)},
         }
         print(json.dumps(document))
         return 0
@@ -339,7 +354,19 @@ def _run_whatif(args: argparse.Namespace) -> int:
             member_id,
             *(f"{plans[n].count(member_id)} / {lags[n][member_id]:,}" for n in plans),
         )
-    _print(table, _figures_table(figures))
+    moves = _table("re-plan from the current assignment", "plan")
+    for column in ("moves", "busiest lag now -> after"):
+        moves.add_column(column, justify="right")
+    moves.add_column("partitions moved (from -> to)")
+    for name, change in replans.items():
+        moves.add_row(
+            name,
+            str(len(change.moves)),
+            f"{change.busiest_now:,} -> {change.busiest_after:,}",
+            describe_moves(change.moves),
+        )
+    _print(table, _figures_table(figures), moves)
+    print(verdict(lag, margin))
     return 0
 
 
