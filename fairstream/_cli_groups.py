@@ -309,7 +309,7 @@ def _read_input(source: str) -> str:
 def _run_whatif(args: argparse.Namespace) -> int:
     import anyio
 
-    from fairstream._cli_replan import describe_moves, replan, verdict
+    from fairstream._cli_replan import move_rows, replan, verdict
     from fairstream.assign import STRATEGIES, member_lags, stats
     from fairstream.assign.lag import MIN_IMPROVEMENT
 
@@ -371,18 +371,19 @@ def _run_whatif(args: argparse.Namespace) -> int:
             member_id,
             *(f"{plans[n].count(member_id)} / {lags[n][member_id]:,}" for n in plans),
         )
-    moves = _table("re-plan from the current assignment", "plan")
+    summary = _table("re-plan from the current assignment", "plan")
     for column in ("moves", "busiest lag now -> after"):
-        moves.add_column(column, justify="right")
-    moves.add_column("partitions moved (from -> to)")
+        summary.add_column(column, justify="right")
+    moves = _table("partitions each plan moves", "plan")
+    for column in ("partition", "from", "to"):
+        moves.add_column(column)
     for name, change in replans.items():
-        moves.add_row(
-            name,
-            str(len(change.moves)),
-            f"{change.busiest_now:,} -> {change.busiest_after:,}",
-            describe_moves(change.moves),
+        summary.add_row(
+            name, str(len(change.moves)), f"{change.busiest_now:,} -> {change.busiest_after:,}"
         )
-    _print(table, _figures_table(figures), moves)
+        for row in move_rows(change.moves):
+            moves.add_row(name, *row)
+    _print(table, _figures_table(figures), summary, *([moves] if moves.row_count else []))
     print(verdict(lag, margin))
     return 0
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from fairstream.assign import Assignment, GroupSnapshot, member_lags
 
-__all__ = ["Move", "Replan", "describe_moves", "replan", "verdict"]
+__all__ = ["Move", "Replan", "move_rows", "replan", "verdict"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +74,13 @@ def replan(snapshot: GroupSnapshot, current: Assignment, planned: Assignment) ->
     )
 
 
-def describe_moves(moves: tuple[Move, ...], *, limit: int = 8) -> str:
-    """``t[3] a -> b, t[5] b -> c, ... +12 more``, or ``-`` when nothing moves."""
-    if not moves:
-        return "-"
-    shown = [f"{m.topic}[{m.partition}] {m.source} -> {m.target}" for m in moves[:limit]]
-    rest = len(moves) - limit
-    return ", ".join(shown) + (f", +{rest} more" if rest > 0 else "")
+def move_rows(moves: tuple[Move, ...], *, limit: int = 8) -> list[tuple[str, str, str]]:
+    """Table rows ``(partition, from, to)`` for the first ``limit`` moves, then one
+    ``(+N more, "", "")`` row: member ids are long, a row each keeps them readable."""
+    rows = [(f"{m.topic}[{m.partition}]", m.source, m.target) for m in moves[:limit]]
+    if len(moves) > limit:
+        rows.append((f"+{len(moves) - limit} more", "", ""))
+    return rows
 
 
 def verdict(lag: Replan, min_improvement: float) -> str:

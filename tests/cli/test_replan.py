@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fairstream._cli_replan import Move, describe_moves, replan, verdict
+from fairstream._cli_replan import Move, move_rows, replan, verdict
 from fairstream.assign import Assignment, GroupSnapshot
 
 SNAPSHOT = GroupSnapshot(
@@ -34,11 +34,15 @@ def test_taking_up_an_unowned_partition_is_not_a_move() -> None:
     assert replan(SNAPSHOT, current, planned).moves == ()
 
 
-def test_describe_moves_names_from_and_to_and_cuts_long_lists() -> None:
+def test_move_rows_name_from_and_to_and_cut_long_lists() -> None:
     moves = tuple(Move("t", p, "a", "b") for p in range(5))
-    assert describe_moves(()) == "-"
-    assert describe_moves(moves[:1]) == "t[0] a -> b"
-    assert describe_moves(moves, limit=2) == "t[0] a -> b, t[1] a -> b, +3 more"
+    assert move_rows(()) == []
+    assert move_rows(moves[:1]) == [("t[0]", "a", "b")]
+    assert move_rows(moves, limit=2) == [
+        ("t[0]", "a", "b"),
+        ("t[1]", "a", "b"),
+        ("+3 more", "", ""),
+    ]
 
 
 def test_verdict_says_whether_lag_would_re_plan_with_both_figures() -> None:
