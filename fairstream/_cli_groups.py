@@ -13,7 +13,7 @@ import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from fairstream._cli_kafka import add_bootstrap, check_bootstrap
 from fairstream.errors import ConfigError
@@ -40,11 +40,14 @@ def add_lag(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
             "the KIP-333 shadow ranges left open in the commit metadata by parallel rebalance "
             "(records below the committed offset still to be replayed). The title (JSON: "
             "protocol) names the assignment protocol the group runs, e.g. roundrobin while "
-            "other clients' consumers share it."
+            "other clients' consumers share it. A partition the group never committed shows "
+            "committed '-' and the lag the group would have from --auto-offset-reset (where "
+            "its consumers would start): the same lag the lag assignor plans with."
         ),
     )
     add_bootstrap(parser)
     parser.add_argument("--group", metavar="G", required=True, help="the consumer group")
+    _add_reset(parser)
     parser.add_argument(
         "--topics",
         metavar="T1,T2",
@@ -57,6 +60,16 @@ def add_lag(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     parser.set_defaults(run=_run_lag)
 
 
+def _add_reset(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--auto-offset-reset",
+        choices=["latest", "earliest"],
+        default="latest",
+        help="the group's auto.offset.reset, for partitions it never committed: latest "
+        "counts them as 0 lag, earliest as everything retained (default: latest)",
+    )
+
+
 def _run_lag(args: argparse.Namespace) -> int:
     import anyio
 
@@ -65,9 +78,13 @@ def _run_lag(args: argparse.Namespace) -> int:
             "--bootstrap", None, "no cluster given", "pass --bootstrap or set FAIRSTREAM_BOOTSTRAP"
         )
     topics = sorted({t.strip() for t in (args.topics or "").split(",") if t.strip()})
-    protocol, rows = anyio.run(_read_lag, check_bootstrap(args.bootstrap), args.group, topics)
+    reset = args.auto_offset_reset
+    protocol, rows = anyio.run(
+        _read_lag, check_bootstrap(args.bootstrap), args.group, topics, reset
+    )
     if args.format == "json":
-        print(json.dumps({"group": args.group, "protocol": protocol, "partitions": rows}))
+        document = {"group": args.group, "protocol": protocol, "auto_offset_reset": reset}
+        print(json.dumps(document | {"partitions": rows}))
         return 0
     # The protocol the group runs: during a migration, the one all its clients share.
     running = f", protocol {protocol}" if protocol else ", no members"
@@ -90,12 +107,18 @@ def _run_lag(args: argparse.Namespace) -> int:
             number(row["shadow_records"]),
             " ".join(f"[{a:,}, {b:,})" for a, b in row["shadow"]) or "-",
         )
+    if any(row["committed"] is None for row in rows):
+        table.caption = (
+            f"committed -: never committed; its lag counts from auto.offset.reset={reset} "
+            f"({'nothing behind' if reset == 'latest' else 'everything retained is behind'})"
+        )
+        table.caption_justify = "left"
     _print(table)
     return 0
 
 
 async def _read_lag(
-    bootstrap: str, group_id: str, topics: list[str]
+    bootstrap: str, group_id: str, topics: list[str], reset: Literal["latest", "earliest"]
 ) -> tuple[str | None, list[dict[str, Any]]]:
     """The protocol the group runs (``None`` without members) and one row per partition."""
     from aiokafka import TopicPartition
@@ -144,10 +167,10 @@ async def _read_lag(
                 "partition": tp.partition,
                 "committed": None if commit is None else commit.offset,
                 "end": ends[tp],
-                # Never committed: shown as unknown, not as auto_offset_reset would count it.
-                "lag": None
-                if commit is None
-                else partition_lag(ends[tp], commit.offset, starts[tp], "latest"),
+                # Never committed: where auto_offset_reset would start, as the assignor counts.
+                "lag": partition_lag(
+                    ends[tp], None if commit is None else commit.offset, starts[tp], reset
+                ),
                 # A committed offset below the log start: retention deleted the records between.
                 "deleted_unread": None if commit is None else max(starts[tp] - commit.offset, 0),
                 "shadow": [[r.start, r.end] for r in shadow],
@@ -168,7 +191,10 @@ def add_plan(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             "Offline: read a JSON document (members, partitions, optional lag and previous) "
             "and print the chosen strategy's assignment with its figures. Live what-if: "
             "with --group, read the group's members, subscriptions, current assignment and "
-            "lags from the cluster and show the current assignment beside every strategy's."
+            "lags from the cluster and show the current assignment beside every strategy's, "
+            "what each strategy would move from the current owners (from -> to) and the "
+            "busiest member's lag now and after, and whether lag with its min_improvement "
+            "would re-plan at all (the rule of App(replan_interval=...))."
         ),
     )
     parser.add_argument(
@@ -190,13 +216,7 @@ def add_plan(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     add_bootstrap(parser, what="the cluster for --group")
     parser.add_argument("--group", metavar="G", help="plan the live consumer group G (what-if)")
-    parser.add_argument(
-        "--auto-offset-reset",
-        choices=["latest", "earliest"],
-        default="latest",
-        help="the group's auto.offset.reset, for partitions it never committed: latest "
-        "counts them as 0 lag, earliest as everything retained (default: latest)",
-    )
+    _add_reset(parser)
     parser.add_argument(
         "--min-improvement",
         type=float,
@@ -289,7 +309,9 @@ def _read_input(source: str) -> str:
 def _run_whatif(args: argparse.Namespace) -> int:
     import anyio
 
+    from fairstream._cli_replan import move_rows, replan, verdict
     from fairstream.assign import STRATEGIES, member_lags, stats
+    from fairstream.assign.lag import MIN_IMPROVEMENT
 
     if not args.bootstrap:
         raise ConfigError(
@@ -320,13 +342,23 @@ def _run_whatif(args: argparse.Namespace) -> int:
         name: plan(snapshot, current) for name, plan in planners.items()
     }
     figures = {name: stats(snapshot, result, current) for name, result in plans.items()}
+    replans = {name: replan(snapshot, current, plans[name]) for name in planners}
+    # The drift watch's rule, whichever strategies are shown: lag re-plans iff it moves.
+    lag = (
+        replans["lag"]
+        if "lag" in replans
+        else replan(snapshot, current, _planner("lag", args)(snapshot, current))
+    )
+    margin = MIN_IMPROVEMENT if args.min_improvement is None else args.min_improvement
     if args.format == "json":
         document = {
             "group": args.group,
             "plans": {
                 name: {"assignment": result.to_json(), "stats": dataclasses.asdict(figures[name])}
+                | (replans[name].to_json() if name in replans else {})
                 for name, result in plans.items()
             },
+            "lag_replan": {"min_improvement": margin, "would_replan": bool(lag.moves)},
         }
         print(json.dumps(document))
         return 0
@@ -339,7 +371,20 @@ def _run_whatif(args: argparse.Namespace) -> int:
             member_id,
             *(f"{plans[n].count(member_id)} / {lags[n][member_id]:,}" for n in plans),
         )
-    _print(table, _figures_table(figures))
+    summary = _table("re-plan from the current assignment", "plan")
+    for column in ("moves", "busiest lag now -> after"):
+        summary.add_column(column, justify="right")
+    moves = _table("partitions each plan moves", "plan")
+    for column in ("partition", "from", "to"):
+        moves.add_column(column)
+    for name, change in replans.items():
+        summary.add_row(
+            name, str(len(change.moves)), f"{change.busiest_now:,} -> {change.busiest_after:,}"
+        )
+        for row in move_rows(change.moves):
+            moves.add_row(name, *row)
+    _print(table, _figures_table(figures), summary, *([moves] if moves.row_count else []))
+    print(verdict(lag, margin))
     return 0
 
 

@@ -151,6 +151,7 @@ CLI = {
     "_cli_backfill.py",
     "_cli_groups.py",
     "_cli_kafka.py",
+    "_cli_replan.py",
     "_cli_stream.py",
     "__main__.py",
 }

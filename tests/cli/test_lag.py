@@ -1,5 +1,5 @@
 """`fairstream lag`: committed, end, lag, records deleted unread and open shadow ranges per
-partition; bad input exits 2."""
+partition (a partition never committed: lag from --auto-offset-reset); bad input exits 2."""
 
 from __future__ import annotations
 
@@ -84,6 +84,7 @@ def test_json_shows_each_partition_with_its_shadow_ranges(
     assert json.loads(out) == {
         "group": group,
         "protocol": None,
+        "auto_offset_reset": "latest",
         "partitions": [
             {
                 "topic": topic,
@@ -110,7 +111,7 @@ def test_json_shows_each_partition_with_its_shadow_ranges(
                 "partition": 2,
                 "committed": None,
                 "end": 200,
-                "lag": None,
+                "lag": 0,  # never committed: latest (the default) starts at the end
                 "deleted_unread": None,
                 "shadow": [],
                 "shadow_records": 0,
@@ -149,7 +150,28 @@ def test_table_shows_the_same_facts(
         "14",
         "[5, 9) [20, 30)",
     ]
-    assert [cell.strip() for cell in lines["2"].split("│")[3:9]] == ["-", "200", "-", "-", "0", "-"]
+    assert [cell.strip() for cell in lines["2"].split("│")[3:9]] == ["-", "200", "0", "-", "0", "-"]
+    assert "committed -: never committed; its lag counts from auto.offset.reset=latest" in out
+
+
+@pytest.mark.parametrize(("reset", "lag"), [("latest", 0), ("earliest", 200)])
+def test_a_partition_never_committed_counts_lag_from_auto_offset_reset(
+    noida: Broker,
+    group_with_shadow: tuple[str, str],
+    capsys: pytest.CaptureFixture[str],
+    reset: str,
+    lag: int,
+) -> None:
+    """The lag the assignor plans with: earliest means every retained record is behind."""
+    topic, group = group_with_shadow
+    args = ["--bootstrap", noida.bootstrap, "--group", group, "--topics", topic]
+    status, out, _ = _lag(capsys, *args, "--auto-offset-reset", reset, "--format", "json")
+    assert status == 0
+    document = json.loads(out)
+    assert document["auto_offset_reset"] == reset
+    never = document["partitions"][2]
+    assert (never["committed"], never["lag"]) == (None, lag)
+    assert [row["lag"] for row in document["partitions"][:2]] == [100, 50]  # committed: as is
 
 
 @pytest.mark.parametrize(

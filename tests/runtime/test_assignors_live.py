@@ -10,6 +10,7 @@ import anyio
 import pytest
 from aiokafka import AIOKafkaConsumer
 
+from fairstream._cli_replan import replan
 from fairstream.assign import member_lags, plan
 from fairstream.cli import main
 from fairstream.runtime._admin import BrokerAdmin
@@ -24,8 +25,12 @@ BACKLOG = (400, 30, 20), (350, 25, 15)  # records per partition of two topics
 
 
 async def test_lag_group_assignment_is_the_planners_and_beats_range(
-    noida: Broker, group_id: str, capsys: pytest.CaptureFixture[str]
+    noida: Broker,
+    group_id: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # rich wraps to the terminal, 80 columns under capture
     bootstrap = noida.bootstrap
     topics = [f"lag-{name}-{uuid.uuid4().hex[:8]}" for name in ("a", "b")]
     for topic, counts in zip(topics, BACKLOG, strict=True):
@@ -67,6 +72,31 @@ async def test_lag_group_assignment_is_the_planners_and_beats_range(
         assert await anyio.to_thread.run_sync(main, argv) == 0  # the table
         table = capsys.readouterr().out
         assert "current" in table and "max member lag" in table and "750" in table
+
+        # What a re-plan would move: nothing for lag now (it is the current plan), ...
+        assert plans["lag"]["moves"] == []
+        expected = replan(snapshot, actual, plan("range", snapshot, actual)).to_json()
+        assert {k: plans["range"][k] for k in expected} == expected
+        assert "would keep the current assignment" in table
+
+        # ... and after a burst on two partitions of one member, lag moves one of them.
+        member = next(iter(actual.members.values()))
+        for topic, (partition,) in member.items():
+            await produce(bootstrap, topic, [(partition, b"x")] * 1_000)
+        json_argv = [*argv, "--strategy", "lag", "--format", "json"]
+        assert await anyio.to_thread.run_sync(main, json_argv) == 0
+        shown = json.loads(capsys.readouterr().out)
+        async with BrokerAdmin(bootstrap) as admin:
+            burst, _ = await admin.group_snapshot(group_id, auto_offset_reset="earliest")
+        change = replan(burst, actual, plan("lag", burst, actual))
+        assert change.moves and change.busiest_after < change.busiest_now
+        assert shown["lag_replan"] == {"min_improvement": 0.1, "would_replan": True}
+        assert {k: shown["plans"]["lag"][k] for k in change.to_json()} == change.to_json()
+        assert await anyio.to_thread.run_sync(main, [*argv, "--strategy", "lag"]) == 0
+        moved = change.moves[0]
+        table = capsys.readouterr().out.replace("\n", " ")
+        assert f"{moved.topic}[{moved.partition}]" in table
+        assert f"would re-plan: {len(change.moves)} partition" in table
     finally:
         for consumer in consumers:
             await consumer.stop()
