@@ -265,6 +265,13 @@ def runners(args: argparse.Namespace) -> dict[str, Runner]:
             print(f"!! member crashed in the combined run: {crash}", file=sys.stderr)
         if outcome.exit_code:
             print(f"!! the process exited {outcome.exit_code} on SIGTERM", file=sys.stderr)
+        if outcome.not_on_broker:
+            # The broker's loss, not the consumer's: the row counts what the broker kept.
+            print(
+                f"!! {outcome.not_on_broker} acknowledged records were not on the broker "
+                "after its restart (counted out of the row's records)",
+                file=sys.stderr,
+            )
         return outcome.result
 
     return {

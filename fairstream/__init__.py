@@ -25,6 +25,7 @@ from fairstream.errors import (
     HandlerAborted,
     HandlerCancelled,
     HandlerError,
+    HandoffFailed,
     PlanError,
 )
 from fairstream.runtime._admin import BrokerAdmin
@@ -55,6 +56,7 @@ __all__ = [
     "HandlerCancelled",
     "HandlerError",
     "HandlerLatency",
+    "HandoffFailed",
     "Health",
     "Middleware",
     "ParallelRebalance",

@@ -424,7 +424,10 @@ ShadowHandoff = (
 """Handles one shadow range elsewhere (e.g. a Spark backfill) and returns when it is done.
 
 Called with ``(topic, partition, range)``; a plain function runs in a worker thread.
-Raising any exception leaves the range to the in-process shadow.
+Raising :class:`~fairstream.errors.HandoffFailed` (``offset=N``) says the records
+below N were handled and the one at N failed: that record goes through the App's
+retry and dead-letter policy in process, and the rest of the range is handed off
+again. Raising any other exception leaves the whole range to the in-process shadow.
 """
 
 

@@ -7,6 +7,7 @@
     ├── PlanError(ValueError)       the planner got inconsistent input (members, lags, ...)
     ├── BrokerError                 talking to Kafka failed; ``retriable`` as aiokafka says
     ├── HandlerError                a handler failed for good (after retries)
+    ├── HandoffFailed               raised by a shadow handoff: it stopped at one record
     ├── CommitError                 an offset commit was refused or could not be sent
     ├── BackfillError               a Spark backfill job failed; nothing was committed
     └── StreamError                 a Spark streaming query failed; its checkpoint resumes it
@@ -25,6 +26,7 @@ __all__ = [
     "ConfigError",
     "FairstreamError",
     "HandlerError",
+    "HandoffFailed",
     "PlanError",
     "StreamError",
     "describe",
@@ -116,6 +118,24 @@ class HandlerError(FairstreamError):
             f"{type(cause).__name__}: {cause}; the offset was not committed, fix the handler "
             "or choose on_error='dead_letter' to move on"
         )
+
+
+class HandoffFailed(FairstreamError):
+    """Raised by a ``ParallelRebalance(handoff=...)`` callable that stopped at one record.
+
+    ``offset`` is the record it failed on: every record of the range below it was
+    handled, none above it was. The runtime counts ``[range.start, offset)`` as done,
+    runs the record at ``offset`` in process through the App's retry and dead-letter
+    policy, and hands the rest of the range off again (README, "Parallel rebalance").
+    Any other exception from a handoff says nothing of what was done, so the shadow
+    replays the whole range it was given.
+    """
+
+    def __init__(self, offset: int, *, cause: BaseException | None = None) -> None:
+        self.offset = offset
+        self.cause = cause
+        reason = "" if cause is None else f": {type(cause).__name__}: {cause}"
+        super().__init__(f"the shadow handoff failed at offset {offset}{reason}")
 
 
 class HandlerAborted(FairstreamError):

@@ -40,7 +40,7 @@ import anyio.abc
 import structlog
 
 from fairstream.config import ParallelRebalance, ShadowHandoff
-from fairstream.errors import BrokerError, FairstreamError
+from fairstream.errors import BrokerError, FairstreamError, HandoffFailed
 from fairstream.ranges import OffsetRange, decode_shadow, encode_shadow, merge_ranges
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._ports import ShadowClients, ShadowReader
@@ -50,6 +50,9 @@ from fairstream.runtime._scheduler import FairScheduler
 __all__ = ["CatchUp", "ShadowTasks", "plan_catch_up"]
 
 log = structlog.get_logger(__name__)
+
+_UNKNOWN = -1
+"""What :meth:`ShadowTasks._hand_off` returns when a handoff failed without saying where."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -228,16 +231,15 @@ class ShadowTasks:
         log.info("shadow_started", **_where(tp), ranges=_spans(ranges), records=records)
         began = time.monotonic()
         handoff = settings.handoff if settings is not None else None
+        threshold = settings.handoff_threshold if settings is not None else 0
         async with self._clients.shadow_reader(tp) as reader:
             for shadow in ranges:
-                handed_off = (
-                    handoff is not None
-                    and settings is not None
-                    and len(shadow) > settings.handoff_threshold
-                    and await self._hand_off(handoff, tp, shadow)
-                )
-                if not handed_off:
-                    await self._replay(tp, reader, shadow)
+                rest: OffsetRange | None = shadow
+                while rest is not None:
+                    if handoff is None or len(rest) <= threshold:
+                        await self._replay(tp, reader, rest)
+                        break
+                    rest = await self._hand_off_rest(handoff, tp, reader, rest)
                 self._offsets.advance_shadow(tp, shadow.end)
         self._scheduler.revoke([tp], replay=True)
         log.info(
@@ -272,9 +274,38 @@ class ShadowTasks:
         while queue.count or queue.in_flight:
             await self._changed.wait()
 
-    async def _hand_off(self, handoff: ShadowHandoff, tp: TP, shadow: OffsetRange) -> bool:
-        """Let ``handoff`` handle ``shadow``; ``False`` if it failed (the shadow takes over)."""
-        log.info("shadow_handoff_started", **_where(tp), range=[shadow.start, shadow.end])
+    async def _hand_off_rest(
+        self, handoff: ShadowHandoff, tp: TP, reader: ShadowReader, shadow: OffsetRange
+    ) -> OffsetRange | None:
+        """Give ``shadow`` to ``handoff``; return what is left to hand off (``None``: done).
+
+        On :class:`~fairstream.errors.HandoffFailed` at offset N the records below N
+        are done, the record at N is replayed here, one record through the replay
+        lane, so the App's retry and dead-letter policy applies to it as to any
+        record (its first attempt is the App's handler: the handoff's failure may be
+        its own, a Spark executor short of memory), and ``[N + 1, end)`` goes back to
+        the handoff, not to the shadow: it exists because a range this large is too
+        much for the process, and one bad record does not change that. Each round
+        moves past one record, so the loop ends. Any other exception says nothing of
+        what was done: the shadow replays all of ``shadow`` (at-least-once).
+        """
+        failed = await self._hand_off(handoff, tp, shadow)
+        if failed is None:
+            return None
+        if failed == _UNKNOWN:
+            await self._replay(tp, reader, shadow)
+            return None
+        self._offsets.advance_shadow(tp, failed)
+        await self._replay(tp, reader, OffsetRange(failed, failed + 1))
+        self._offsets.advance_shadow(tp, failed + 1)
+        rest = OffsetRange(failed + 1, shadow.end)
+        return rest if len(rest) else None
+
+    async def _hand_off(self, handoff: ShadowHandoff, tp: TP, shadow: OffsetRange) -> int | None:
+        """Let ``handoff`` handle ``shadow``: ``None`` when it did, else the offset it
+        failed at (:class:`~fairstream.errors.HandoffFailed`), or ``_UNKNOWN``."""
+        where = {**_where(tp), "range": [shadow.start, shadow.end]}
+        log.info("shadow_handoff_started", **where)
         began = time.monotonic()
         try:
             if inspect.iscoroutinefunction(handoff):
@@ -285,18 +316,18 @@ class ShadowTasks:
                 await anyio.to_thread.run_sync(
                     handoff, tp[0], tp[1], shadow, abandon_on_cancel=True
                 )
-        except Exception as exc:
+        except HandoffFailed as exc:
+            if shadow.start <= exc.offset < shadow.end:
+                log.warning("shadow_handoff_failed", **where, offset=exc.offset, reason=str(exc))
+                return exc.offset
             log.warning(
                 "shadow_handoff_failed",
-                **_where(tp),
-                range=[shadow.start, shadow.end],
-                reason=f"{type(exc).__name__}: {exc}",
+                **where,
+                reason=f"{exc}, outside the range: the shadow replays all of it",
             )
-            return False
-        log.info(
-            "shadow_handoff_finished",
-            **_where(tp),
-            range=[shadow.start, shadow.end],
-            seconds=round(time.monotonic() - began, 3),
-        )
-        return True
+            return _UNKNOWN
+        except Exception as exc:
+            log.warning("shadow_handoff_failed", **where, reason=f"{type(exc).__name__}: {exc}")
+            return _UNKNOWN
+        log.info("shadow_handoff_finished", **where, seconds=round(time.monotonic() - began, 3))
+        return None

@@ -19,7 +19,10 @@ The Spark handler takes a :class:`~fairstream.spark.BackfillRecord` (raw bytes),
 not the app's decoded ``Record``, so it is named separately. The call blocks until
 the job is done, so the runtime runs it in a worker thread; when it raises
 (:class:`~fairstream.errors.BackfillError`, a missing extra) the range stays open
-and the in-process shadow replays it instead.
+and the in-process shadow replays it instead. It never raises
+:class:`~fairstream.errors.HandoffFailed`: the job's chunks run in parallel and a
+failed task aborts the others, so there is no offset below which every record is
+known to be handled, and claiming one could lose records.
 """
 
 from __future__ import annotations

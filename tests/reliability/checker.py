@@ -12,10 +12,11 @@ lose), and a restarted process appends to the same file.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 
 import anyio
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
 from fairstream import SecurityConfig
 
@@ -90,24 +92,56 @@ async def produce_ids(
     *,
     per_second: float | None = None,
     security: SecurityConfig | None = None,
+    resend_limit: float = 120.0,
 ) -> None:
     """Send each id to partition ``i % partitions``; all acknowledged on return.
 
     ``per_second`` spreads the sends over time (load shape, for scenarios that
-    change the group or the broker while records keep arriving).
+    change the group or the broker while records keep arriving). A send the broker
+    did not acknowledge (its batch failed while the broker restarted) is sent again
+    until it is, for up to ``resend_limit`` seconds: ``flush()`` alone does not say
+    which sends failed, and a record that never reached the broker would count as
+    lost by the consumer under test (and make the scenario wait for it forever).
     """
     settings = (security or SecurityConfig()).aiokafka_kwargs()
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all", **settings)
     await producer.start()
+    unconfirmed: deque[tuple[int, asyncio.Future[Any]]] = deque()
+    failed: list[int] = []
+
+    def settle() -> None:
+        while unconfirmed and unconfirmed[0][1].done():
+            i, sent = unconfirmed.popleft()
+            if sent.cancelled() or sent.exception() is not None:
+                failed.append(i)
+
     try:
         started = time.monotonic()
         for i, record_id in enumerate(ids):
-            await producer.send(topic, encode_id(record_id), partition=i % partitions)
-            if per_second is not None and i % 50 == 49:
-                ahead = (i + 1) / per_second - (time.monotonic() - started)
-                if ahead > 0:
-                    await anyio.sleep(ahead)
+            try:
+                sent = await producer.send(topic, encode_id(record_id), partition=i % partitions)
+            except KafkaError:
+                failed.append(i)
+            else:
+                unconfirmed.append((i, sent))
+            if i % 50 == 49:
+                settle()
+                if per_second is not None:
+                    ahead = (i + 1) / per_second - (time.monotonic() - started)
+                    if ahead > 0:
+                        await anyio.sleep(ahead)
         await producer.flush()
+        settle()
+        with anyio.fail_after(resend_limit):
+            for i in failed:
+                while True:
+                    try:
+                        await producer.send_and_wait(
+                            topic, encode_id(ids[i]), partition=i % partitions
+                        )
+                        break
+                    except KafkaError:
+                        await anyio.sleep(0.5)
     finally:
         await producer.stop()
 

@@ -24,7 +24,7 @@ import pytest
 from aiokafka import TopicPartition
 from structlog.testing import capture_logs
 
-from fairstream import App, ParallelRebalance, Record, SchedulerConfig
+from fairstream import App, HandoffFailed, ParallelRebalance, Record, SchedulerConfig
 from fairstream.config import ShadowHandoff
 from fairstream.ranges import OffsetRange, decode_shadow
 from fairstream.runtime._admin import BrokerAdmin
@@ -342,10 +342,17 @@ async def test_a_group_other_clients_can_join_does_not_jump(
         assert [value for value, _ in seen.order] == [f"r{i}" for i in range(1_500)]
 
 
-@pytest.mark.parametrize("fails", [False, True], ids=["handed-off", "handoff-fails"])
+@pytest.mark.parametrize(
+    "failure",
+    [None, RuntimeError("the cluster is busy"), HandoffFailed(5_000)],
+    ids=["handed-off", "handoff-fails", "handoff-fails-outside-its-range"],
+)
 async def test_large_ranges_go_to_the_shadow_handoff(
-    noida: Broker, group_id: str, fails: bool
+    noida: Broker, group_id: str, failure: Exception | None
 ) -> None:
+    """A failure that does not say where inside the range it stopped (any exception
+    but a ``HandoffFailed`` in the range) leaves the whole range to the shadow."""
+    fails = failure is not None
     topic = await _topic(noida.bootstrap, 1)
     backlog = _values("b", 1, 1_000)
     await produce(noida.bootstrap, topic, backlog)
@@ -353,8 +360,8 @@ async def test_large_ranges_go_to_the_shadow_handoff(
 
     def handoff(topic: str, partition: int, shadow: OffsetRange) -> None:
         calls.append((topic, partition, shadow))
-        if fails:
-            raise RuntimeError("the cluster is busy")
+        if failure is not None:
+            raise failure
 
     seen = Seen()
     app = _app(
