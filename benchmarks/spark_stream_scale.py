@@ -7,6 +7,8 @@ repeat runs, on a fresh group and checkpoint each, in turn:
 - ``stream fair`` / ``stream proportional``: ``readStream.format("fairstream")`` to a
   Parquet sink with ``Trigger.AvailableNow`` and ``maxRecordsPerBatch=--max-records``
   (so several micro-batches), fair or Spark's proportional admission rule;
+- ``stream fair, maxTasks=N``: the same with one task per core (N = Spark's default
+  parallelism) instead of the source's default of up to 8 tasks per batch;
 - ``backfill parquet``: the batch source (``run_backfill``, one Spark job) to Parquet,
   the same records without micro-batches, as the reference.
 
@@ -51,7 +53,9 @@ PARTITIONS = 8
 BUSY_S = 50e-6
 
 
-def stream_to_parquet(spark: object, bootstrap: str, topic: str, options: dict[str, str]) -> tuple[int, float, float]:
+def stream_to_parquet(
+    spark: object, bootstrap: str, topic: str, options: dict[str, str]
+) -> tuple[int, float, float]:
     """One AvailableNow query to Parquet: (records, end-to-end s, steady records/s)."""
     from pyspark.sql import SparkSession
 
@@ -107,12 +111,16 @@ def throughput(bootstrap: str, args: argparse.Namespace) -> None:
     spark = build_session(args.master, app_name="fairstream-stream-throughput")
     warm_up(spark, bootstrap)
     limit = {"maxRecordsPerBatch": str(args.max_records)}
+    cores = spark.sparkContext.defaultParallelism
     ways: dict[str, Callable[[], tuple[int, float, float]]] = {
         "stream fair": lambda: stream_to_parquet(
             spark, bootstrap, topic, limit | {"admission": "fair"}
         ),
         "stream proportional": lambda: stream_to_parquet(
             spark, bootstrap, topic, limit | {"admission": "proportional"}
+        ),
+        f"stream fair, maxTasks={cores}": lambda: stream_to_parquet(
+            spark, bootstrap, topic, limit | {"admission": "fair", "maxTasks": str(cores)}
         ),
         "backfill parquet": lambda: backfill_to_parquet(spark, bootstrap, topic),
     }
@@ -170,7 +178,10 @@ def scale_out(bootstrap: str, args: argparse.Namespace) -> None:
                     if records != args.records:
                         raise SystemExit(f"read {records} records, not {args.records}")
                     seconds[standalone.workers].append(took)
-                    print(f"run {repeat + 1}, {standalone.workers} worker(s): {took:.2f} s", flush=True)
+                    print(
+                        f"run {repeat + 1}, {standalone.workers} worker(s): {took:.2f} s",
+                        flush=True,
+                    )
     rates = {w: [args.records / s for s in runs] for w, runs in seconds.items()}
     speedups = [b / a for a, b in zip(rates[1], rates[2], strict=True)]
     print(
