@@ -22,7 +22,8 @@ needs the spark-sql-kafka jars from Maven, which this project does not ship::
 ``--what scale-out``: a CPU-bound handler (a ~50 us busy loop per record) over
 ``--records`` records (default 200k) with ``fairstream stream``'s driver
 (``run_stream``, ``Trigger.AvailableNow``, 8 tasks per batch) on two standalone
-clusters started from the pyspark installation (``tests/spark/standalone.py``): one
+clusters started from the pyspark installation (``tests/spark/standalone.py``, so run
+it with the checkout on ``PYTHONPATH``): one
 worker of one core and two workers of one core, alternating, one application (and so
 fresh executors) per run, a warm-up query first in each::
 
