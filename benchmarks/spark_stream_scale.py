@@ -153,6 +153,13 @@ def busy(record: BackfillRecord) -> None:
         pass
 
 
+def tasks_per_executor(folder: Path, app: str) -> list[int]:
+    """Tasks each executor of ``app`` ran, from the executors' logs in the workers'
+    work directories: shows the second worker really took part."""
+    logs = sorted(folder.glob(f"*/work-*/{app}/*/stderr"))
+    return [log.read_text(errors="replace").count("Running task") for log in logs]
+
+
 def scale_out(bootstrap: str, args: argparse.Namespace) -> None:
     topic = f"stream-scale-{uuid.uuid4().hex[:8]}"
     produce(bootstrap, topic, PARTITIONS, args.records, 100)
@@ -175,12 +182,15 @@ def scale_out(bootstrap: str, args: argparse.Namespace) -> None:
                     began = time.perf_counter()
                     records = run_stream(job, spark=spark)
                     took = time.perf_counter() - began
+                    app = spark.sparkContext.applicationId
                     spark.stop()
+                    spread_over = tasks_per_executor(Path(folder), app)
                     if records != args.records:
                         raise SystemExit(f"read {records} records, not {args.records}")
                     seconds[standalone.workers].append(took)
                     print(
-                        f"run {repeat + 1}, {standalone.workers} worker(s): {took:.2f} s",
+                        f"run {repeat + 1}, {standalone.workers} worker(s): {took:.2f} s, "
+                        f"tasks per executor (warm-up included): {spread_over}",
                         flush=True,
                     )
     rates = {w: [args.records / s for s in runs] for w, runs in seconds.items()}
