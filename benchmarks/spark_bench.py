@@ -153,7 +153,7 @@ def main() -> None:
 
         job = BackfillJob(
             bootstrap=bootstrap, group_id=group, topics=(topic,), handler=no_op,
-            chunk=args.chunk, commit=False, progress=False,
+            chunk=args.chunk, commit=False,
         )  # fmt: skip
         rows.append(
             timed(
@@ -164,7 +164,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as folder:
             parquet = BackfillJob(
                 bootstrap=bootstrap, group_id=group, topics=(topic,), output=f"{folder}/out",
-                chunk=args.chunk, commit=False, progress=False,
+                chunk=args.chunk, commit=False,
             )  # fmt: skip
             rows.append(
                 timed(

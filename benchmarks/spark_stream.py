@@ -45,6 +45,8 @@ class Run:
     backlog_read: int = 0
     drained_after: float | None = None
     batches: int = 0
+    phases: dict[str, list[int]] = field(default_factory=dict)
+    """Spark's ``durationMs`` per batch phase (``latestOffset``, ``addBatch`` ...)."""
 
 
 def make_topic(bootstrap: str, backlog: int) -> str:
@@ -137,6 +139,10 @@ def run_query(spark: object, bootstrap: str, args: argparse.Namespace, mode: str
                     raise SystemExit(f"the {mode} query failed: {query.exception()}")
                 time.sleep(0.5)
         finally:
+            for progress in query.recentProgress:
+                if progress["numInputRows"]:
+                    for phase, ms in progress["durationMs"].items():
+                        run.phases.setdefault(phase, []).append(int(ms))
             query.stop()
             stop.set()
             live.join()
@@ -197,6 +203,10 @@ def main() -> None:
             f"| {mode} | {run.batches} | {len(lat)} | {statistics.median(lat):.2f} | "
             f"{percentile(lat, 0.99):.2f} | {max(lat):.2f} | {drained} |"
         )
+    print("\nmedian ms per batch phase (Spark's durationMs, batches with rows)")
+    for mode, run in results.items():
+        phases = ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in sorted(run.phases.items()))
+        print(f"{mode}: {phases}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ fairstream is importable there without installing a wheel on the "cluster".
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -49,10 +50,14 @@ def _alive_workers(ui_port: int) -> int:
         return 0
 
 
-@pytest.fixture(scope="session")
-def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Master + two workers (1 core, 1 GiB each); stopped at the end of the session."""
-    logs = tmp_path_factory.mktemp("spark-cluster")
+@contextlib.contextmanager
+def start_cluster(logs: Path, workers: int = 2) -> Iterator[Cluster]:
+    """A master and ``workers`` one-core workers (1 GiB each) until the block ends.
+
+    Shared with ``benchmarks/spark_stream_scale.py``, which compares one worker with two.
+
+    :raises RuntimeError: the cluster did not come up within 90 s (with the logs' tails).
+    """
     port, ui_port = _free_port(), _free_port()
     env = {
         **os.environ,
@@ -72,7 +77,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 *("--cores", "1", "--memory", "1g", "--webui-port", "0"),
                 *("--work-dir", str(logs / f"work-{i}")),
             ]
-            for i in range(2)
+            for i in range(workers)
         ),
     ]
     processes: list[subprocess.Popen[bytes]] = []
@@ -87,12 +92,14 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             if i == 0:
                 time.sleep(2)  # let the master bind before workers register
         deadline = time.monotonic() + 90
-        while _alive_workers(ui_port) < 2:
+        while _alive_workers(ui_port) < workers:
             if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
-                tails = "".join((logs / f"daemon-{i}.log").read_text()[-800:] for i in range(3))
-                pytest.fail(f"the standalone cluster did not come up: {tails}")
+                tails = "".join(
+                    (logs / f"daemon-{i}.log").read_text()[-800:] for i in range(len(commands))
+                )
+                raise RuntimeError(f"the standalone cluster did not come up: {tails}")
             time.sleep(0.5)
-        yield Cluster(master=master, workers=2)
+        yield Cluster(master=master, workers=workers)
     finally:
         for process in reversed(processes):
             process.terminate()
@@ -101,3 +108,14 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+@pytest.fixture(scope="session")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Master + two workers (1 core, 1 GiB each); stopped at the end of the session."""
+    try:
+        cluster = start_cluster(tmp_path_factory.mktemp("spark-cluster"))
+        with cluster as started:
+            yield started
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
