@@ -94,19 +94,26 @@ async def test_full_queue_pauses_its_partition_and_loses_nothing(
     assert seen == {(i % 2, i // 2) for i in range(total)}
 
 
+@pytest.mark.parametrize(
+    "idle_first", [False, True], ids=["backlog-at-start", "backlog-while-idle"]
+)
 async def test_slow_handler_runs_every_backlog_partition_at_once(
-    backend: Backend, group_id: str
+    backend: Backend, group_id: str, idle_first: bool
 ) -> None:
     """One pull must not fill the shared buffer from one partition.
 
     aiokafka's ``getmany`` drains its partitions one after another, so a pull as big
     as the whole buffer gave the first backlog partition all of it; with an I/O-bound
     handler the other partitions then waited for that queue to drain, one record of
-    room at a time, and most of ``concurrency`` stood idle.
+    room at a time, and most of ``concurrency`` stood idle. A member with nothing
+    to do must not take a bigger first pull when the backlog lands either (tried:
+    pulling the whole room while no dispatch ran gave ``[0, 100, 100, 0]``).
     """
     partitions, per_partition, watched = 4, 3_000, 200
     topic = await backend.create_topic(partitions)
-    await backend.produce(topic, [(p, b"x" * 100) for p in range(partitions)] * per_partition)
+    backlog = [(p, b"x" * 100) for p in range(partitions)] * per_partition
+    if not idle_first:
+        await backend.produce(topic, backlog)
     app = backend.app(group_id=group_id)
     order: list[int] = []
     done = anyio.Event()
@@ -119,6 +126,11 @@ async def test_slow_handler_runs_every_backlog_partition_at_once(
         await anyio.sleep(0.005)  # I/O-bound: the partitions' lanes should overlap
 
     async with app:
+        if idle_first:
+            with anyio.fail_after(30):
+                await app.wait_ready()
+            await anyio.sleep(1)  # polling, nothing to do
+            await backend.produce(topic, backlog)
         with anyio.fail_after(60):
             await done.wait()
 
