@@ -7,22 +7,15 @@ keeps its state to itself - unlike aiokafka's sticky assignor, whose class-level
 state every consumer in a process shares (aiokafka issue #1175).
 
 ``assign`` runs synchronously inside the coordinator, so it never touches the
-network (the KAFKA-5337 prototype blocks there). For ``lag``, each member reads
-the group's lags asynchronously just before it joins - aiokafka awaits the
-rebalance listener's ``on_partitions_revoked`` before every join, the first one
-included - and the leader's ``assign`` uses that reading. Members may subscribe to
-different topics (KIP-49's rolling update), so each reads lag for its own
-subscription, every topic the group's members subscribed to at the last
-DescribeGroups, and the topics it saw when it last planned. A topic whose lag is
-still missing is planned by count (zero lag: count balance per topic, previous
-owners kept) and the rest by lag, with a ``lag_snapshot_partial`` warning; the
-leader then asks the group for one follow-up rebalance, at which it has read that
-topic's lag too (once per newly missing topic, so a topic whose lag cannot be read
-never makes the group rebalance in a loop). If the reading is missing or stale, the
-leader plans ``fair`` instead and logs ``lag_snapshot_unusable`` with a ``reason``.
-
-Each member also reports the partitions it owns in its join metadata, so the
-leader can hand the planners a previous assignment whoever led last time.
+network. For ``lag``, each member reads the group's lags just before it joins
+(aiokafka awaits the listener's ``on_partitions_revoked`` before every join): for
+its own subscription, every topic the members reported at the last DescribeGroups
+(KIP-49's rolling update) and the topics it saw when it last planned. A topic whose
+lag is missing is planned by count (``lag_snapshot_partial``), and the leader asks
+for one follow-up rebalance per newly missing topic, never a loop. A missing or
+stale reading makes the leader plan ``fair`` (``lag_snapshot_unusable``, ``reason``).
+Each member reports the partitions it owns in its join metadata, so the leader can
+hand the planners a previous assignment whoever led last time.
 
 A member may offer several strategies, best first (Kafka's
 ``partition.assignment.strategy`` list): the coordinator picks a protocol every
@@ -53,6 +46,8 @@ from fairstream.assign import STRATEGIES, Assignment, GroupSnapshot, strategy_na
 from fairstream.config import SecurityConfig
 from fairstream.errors import BrokerError, ConfigError
 from fairstream.runtime._admin import AutoOffsetReset, BrokerAdmin
+from fairstream.runtime._assignor_checks import check_cooperative, check_replan_interval
+from fairstream.runtime._cooperative import hold_back
 from fairstream.runtime._lag_listener import RefreshingListener
 from fairstream.runtime._member_data import encode_owned, reported_owners
 
@@ -61,7 +56,6 @@ __all__ = [
     "PlanRecord",
     "PlanningAssignor",
     "StrategyOffer",
-    "check_replan_interval",
     "make_assignor",
     "protocol_name",
     "shared_protocol",
@@ -76,13 +70,16 @@ _KAFKA_NAMED = frozenset({"range", "roundrobin"})
 (``tests/assign/test_kafka_rules.py``), so a mixed group can agree on them."""
 
 
-def protocol_name(strategy: str) -> str:
+def protocol_name(strategy: str, cooperative: bool = False) -> str:
     """The JoinGroup protocol name of a strategy: Kafka's own, or ``fairstream-<name>``.
 
     ``lag``, ``fair`` and ``sticky`` plan differently from anything another client
-    offers (Kafka's ``sticky`` keeps its own user data), so they keep our prefix.
+    offers (Kafka's ``sticky`` keeps its own user data), so they keep our prefix;
+    cooperative members (KIP-429) never share a protocol with eager ones: ``-coop``.
     """
-    return strategy if strategy in _KAFKA_NAMED else f"fairstream-{strategy}"
+    if cooperative or strategy not in _KAFKA_NAMED:
+        return f"fairstream-{strategy}" + ("-coop" if cooperative else "")
+    return strategy
 
 
 def shared_protocol(protocol: str | None) -> bool:
@@ -139,8 +136,10 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         clock: Callable[[], float] = time.monotonic,
         security: SecurityConfig | None = None,
         replan_interval_s: float | None = None,
+        cooperative: bool = False,
     ) -> None:
         self.strategies = strategy_names(strategy)
+        self.cooperative = check_cooperative(self.strategies, cooperative)
         if "lag" in self.strategies and (not bootstrap or not group_id):
             raise ConfigError(
                 "assignor",
@@ -178,7 +177,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
     @property
     def name(self) -> str:
         """The first strategy's protocol name in JoinGroup (see :func:`protocol_name`)."""
-        return protocol_name(self.strategy)
+        return protocol_name(self.strategy, self.cooperative)
 
     # --- aiokafka's assignor interface (synchronous, no I/O) ---------------------
 
@@ -261,7 +260,9 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         )
         previous = reported_owners(members, counts)
         result = STRATEGIES[strategy](snapshot, previous)
-        protocol = protocol_name(chosen)
+        if self.cooperative:
+            result = hold_back(result, previous)
+        protocol = protocol_name(chosen, self.cooperative)
         self._planned = True
         self.last_plan = PlanRecord(
             strategy=strategy,
@@ -377,21 +378,6 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             await admin.aclose()
 
 
-def check_replan_interval(strategy: str | Sequence[str], interval_s: float | None) -> float | None:
-    """``interval_s`` if re-planning on drift can use it.
-
-    :raises ConfigError: an interval without the ``lag`` strategy, or not above 0.
-    """
-    if interval_s is not None and ("lag" not in strategy_names(strategy) or not interval_s > 0):
-        raise ConfigError(
-            "replan_interval",
-            interval_s,
-            "re-planning on drift needs the lag strategy and an interval above 0 seconds",
-            "offer 'lag' in assignor and give seconds, e.g. 300",
-        )
-    return interval_s
-
-
 def make_assignor(
     strategy: str | Sequence[str],
     *,
@@ -401,6 +387,7 @@ def make_assignor(
     max_lag_age_s: float = 30.0,
     security: SecurityConfig | None = None,
     replan_interval_s: float | None = None,
+    cooperative: bool = False,
 ) -> PlanningAssignor:
     """An adapter for ``partition_assignment_strategy=assignor.protocols``; one per consumer.
 
@@ -411,9 +398,11 @@ def make_assignor(
     your own ``on_partitions_revoked``) so a fresh reading exists at each join.
     ``replan_interval_s`` turns on re-planning on drift (see
     :func:`fairstream.runtime._drift.watch_drift`, which the App runs).
+    ``cooperative`` plans for KIP-429 members (:mod:`fairstream.runtime._cooperative`).
 
     :raises ConfigError: an unknown, repeated or missing strategy name, ``lag``
-        without bootstrap/group_id, or ``replan_interval_s`` without ``lag`` or not above 0.
+        without bootstrap/group_id, ``replan_interval_s`` without ``lag`` or not above
+        0, or ``cooperative`` with a strategy other than ``sticky`` and ``lag``.
     """
     return PlanningAssignor(
         strategy,
@@ -423,6 +412,7 @@ def make_assignor(
         max_lag_age_s=max_lag_age_s,
         security=security,
         replan_interval_s=replan_interval_s,
+        cooperative=cooperative,
     )
 
 
@@ -442,7 +432,7 @@ class StrategyOffer(AbstractPartitionAssignor):  # type: ignore[misc]
 
     @property
     def name(self) -> str:
-        return protocol_name(self.strategy)
+        return protocol_name(self.strategy, self._planner.cooperative)
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
         return self._planner.metadata(topics)

@@ -44,6 +44,7 @@ class AppSettings(Protocol):
     security: SecurityConfig
     instance_id: str | None
     replan_interval: float | None
+    cooperative: bool
 
 
 class ConsumerPort(Protocol):

@@ -89,7 +89,15 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
     # --- aiokafka's listener ----------------------------------------------------------
 
     async def on_partitions_revoked(self, revoked: Sequence[TopicPartition]) -> None:
+        if not revoked:
+            # Nothing given up: a cooperative member about to join (KIP-429) keeps
+            # reading, and commits what it handled so far, as Kafka's members do.
+            await self._commit(set(self._offsets.partitions))
+            return
         await self.revoke({(tp.topic, tp.partition) for tp in revoked})
+
+    async def on_partitions_lost(self, lost: Sequence[TopicPartition]) -> None:
+        await self.lose({(tp.topic, tp.partition) for tp in lost})
 
     async def on_partitions_assigned(self, assigned: Sequence[TopicPartition]) -> None:
         await self.assign({(tp.topic, tp.partition) for tp in assigned})
@@ -392,6 +400,22 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         self._offsets.forget(tps)
         self._stats.forget(tps)
         log.info("partitions_revoked", group_id=self.group_id, partitions=sorted(tps))
+
+    async def lose(self, tps: set[TP]) -> None:
+        """Drop ``tps`` at once, committing nothing: this member missed a generation.
+
+        KIP-429's lost partitions: another member may read them already, so what is
+        in flight is cancelled and nothing of them is committed over its commits.
+        """
+        if self._shadows is not None:
+            await self._shadows.stop(tps)
+        self._scheduler.revoke(tps)
+        for running in self._running_on(tps):
+            running.scope.cancel()
+            await running.done.wait()
+        self._offsets.forget(tps)
+        self._stats.forget(tps)
+        log.warning("partitions_lost", group_id=self.group_id, partitions=sorted(tps))
 
     async def revoke_all(self) -> None:
         await self.revoke(set(self._offsets.partitions))

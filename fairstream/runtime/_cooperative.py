@@ -1,0 +1,226 @@
+"""Incremental cooperative rebalancing (KIP-429) on aiokafka's eager coordinator.
+
+aiokafka 0.14 speaks only the eager protocol: before every join its group
+coordinator's ``_on_join_prepare`` revokes all partitions and stops ``getmany``
+(``begin_reassignment``), and ``_on_join_complete`` replaces the whole assignment,
+so every partition is fetched again from its committed offset. Everything is
+stopped while the group rebalances, even where the plan hands each partition back.
+
+:func:`make_cooperative` replaces those two methods on one consumer's coordinator:
+
+- before a join, the member commits what it handled and keeps reading: nothing
+  is revoked, and the join reports what it owns (the assignor's user data);
+- after the join, ``revoked = owned - assigned`` is revoked (the listener commits
+  it while it is still assigned), ``added = assigned - owned`` is assigned, and
+  the partitions in both keep their fetch positions, queues, in-flight work and
+  KIP-333 shadows. When something was revoked, the member asks for another
+  rebalance, in which the leader gives it to its new owner (the leader held it back:
+  :func:`fairstream.assign.cooperative.hold_back_moves`);
+- a member whose generation was reset (``UNKNOWN_MEMBER_ID``, ``ILLEGAL_GENERATION``:
+  it missed a rebalance, and another member may own its partitions now) loses them:
+  the listener's ``on_partitions_lost`` drops them without committing.
+
+It is private API, so it is guarded: if the coordinator is not the shape this
+module knows, an App with ``cooperative=True`` refuses to start (a ``ConfigError``)
+rather than fall back to eager in silence; ``tests/runtime/test_cooperative.py``
+fails loudly when an aiokafka upgrade changes what it relies on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any, Protocol
+
+import structlog
+from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka.consumer.group_coordinator import GroupCoordinator
+from aiokafka.consumer.subscription_state import Assignment as Assigned
+from aiokafka.consumer.subscription_state import Subscription, TopicPartitionState
+from aiokafka.coordinator.protocol import ConsumerProtocol
+
+from fairstream.assign import Assignment
+from fairstream.assign.cooperative import held_back, hold_back_moves
+from fairstream.errors import ConfigError
+
+__all__ = ["Owner", "hold_back", "make_cooperative", "unsupported"]
+
+log = structlog.get_logger(__name__)
+
+_EXPECTED = {
+    "_on_join_prepare": ["previous_assignment"],
+    "_on_join_complete": ["generation", "member_id", "protocol", "member_assignment_bytes"],
+    "_lookup_assignor": ["name"],
+    "_stop_commit_offsets_refresh_task": [],
+    "start_commit_offsets_refresh_task": ["assignment"],
+    "request_rejoin": [],
+}
+"""The coordinator methods this module replaces or calls, with their parameters."""
+
+_STATE = ("reset_to", "pause", "has_valid_position", "position", "paused")
+_SUBSCRIPTION = ("assign_from_subscribed", "assigned_partitions", "subscription", "listener")
+
+
+class Owner(Protocol):
+    """What the hook needs of the assignor: to forget what it reports owning."""
+
+    def consumer_restarted(self) -> None: ...
+
+
+def hold_back(planned: Assignment, owned: Assignment | None) -> Assignment:
+    """The leader's plan for cooperative members: moves between live members wait a round."""
+    waiting = held_back(planned, owned)
+    if waiting:
+        log.info("cooperative_held_back", partitions=sorted(waiting))
+    return hold_back_moves(planned, owned)
+
+
+def unsupported(coordinator: Any) -> str | None:
+    """Why :func:`make_cooperative` cannot hook ``coordinator`` (``None``: it can)."""
+    if type(coordinator) is not GroupCoordinator:
+        return f"the consumer's coordinator is {type(coordinator).__name__}, not GroupCoordinator"
+    for name, params in _EXPECTED.items():
+        method = getattr(coordinator, name, None)
+        if not callable(method) or list(inspect.signature(method).parameters) != params:
+            return f"GroupCoordinator.{name} is not {name}({', '.join(params)})"
+    subscription = getattr(coordinator, "_subscription", None)
+    missing = [a for a in _SUBSCRIPTION if not hasattr(subscription, a)]
+    missing += [a for a in _STATE if not hasattr(TopicPartitionState, a)]
+    missing += [a for a in ("assignment", "_assign") if not hasattr(Subscription, a)]
+    missing += [a for a in ("state_value", "tps") if not hasattr(Assigned, a)]
+    if missing or not hasattr(coordinator, "generation") or not hasattr(coordinator, "member_id"):
+        return f"aiokafka's subscription state lacks {missing or ['generation/member_id']}"
+    return None
+
+
+def make_cooperative(consumer: Any, owner: Owner) -> None:
+    """Make a started aiokafka ``consumer`` rebalance cooperatively; before ``subscribe()``.
+
+    :raises ConfigError: aiokafka's coordinator is not the one this module knows.
+    """
+    coordinator: Any = getattr(consumer, "_coordinator", None)
+    reason = unsupported(coordinator)
+    if reason is not None:
+        raise ConfigError(
+            "cooperative",
+            True,
+            f"this aiokafka cannot rebalance cooperatively: {reason}",
+            "use cooperative=False, or the aiokafka version fairstream pins",
+        )
+    hook = _Cooperative(coordinator, owner)
+    coordinator._on_join_prepare = hook.prepare
+    coordinator._on_join_complete = hook.complete
+
+
+class _Cooperative:
+    """The two replaced coordinator methods, for one consumer."""
+
+    def __init__(self, coordinator: Any, owner: Owner) -> None:
+        self._coordinator = coordinator
+        self._subscription = coordinator._subscription
+        self._owner = owner
+        self._member_id: str = ""
+
+    async def prepare(self, previous_assignment: Any) -> None:
+        """Before a join: lose what a reset generation took, commit, read on (no revoke)."""
+        coordinator = self._coordinator
+        coordinator._group_subscription = None
+        owned = set(self._subscription.assigned_partitions())
+        if owned and not coordinator.member_id:
+            await self._lose(owned, reason="generation_reset")
+        self._member_id = coordinator.member_id
+        log.info(
+            "cooperative_join",
+            group_id=coordinator.group_id,
+            generation=coordinator.generation,
+            member_id=coordinator.member_id,
+            owned=len(self._subscription.assigned_partitions()),
+        )
+        # The listener commits what was handled (nothing revoked); the lag assignor's
+        # listener reads the group's lag for the leader's plan.
+        await _call(self._subscription.listener, "on_partitions_revoked", set())
+
+    async def complete(
+        self, generation: int, member_id: str, protocol: str, member_assignment_bytes: bytes
+    ) -> None:
+        """After a join: revoke what was taken, keep what stays, assign what was added."""
+        coordinator = self._coordinator
+        assignor = coordinator._lookup_assignor(protocol)
+        assert assignor, f"invalid assignment protocol: {protocol}"
+        assignment = ConsumerProtocol.ASSIGNMENT.decode(member_assignment_bytes)
+        new = set(assignment.partitions())
+        owned = set(self._subscription.assigned_partitions())
+        if owned and self._member_id and member_id != self._member_id:
+            # Reset during the join: a generation went on without us (KIP-429: lost).
+            await self._lose(owned, reason="member_id_changed")
+            owned = set()
+        revoked, added = owned - new, new - owned
+        listener = self._subscription.listener
+        if revoked:
+            # Committed while still assigned: aiokafka refuses commits of others.
+            await _call(listener, "on_partitions_revoked", revoked)
+        self._reassign(new)
+        assignor.on_assignment(assignment)
+        await coordinator._stop_commit_offsets_refresh_task()
+        coordinator.start_commit_offsets_refresh_task(self._subscription.subscription.assignment)
+        log.info(
+            "cooperative_assignment",
+            group_id=coordinator.group_id,
+            generation=generation,
+            member_id=member_id,
+            kept=len(new & owned),
+            revoked=sorted(_tps(revoked)),
+            added=sorted(_tps(added)),
+        )
+        await _call(listener, "on_partitions_assigned", added)
+        if revoked:
+            # The revoked partitions are nobody's now: the next round hands them on.
+            coordinator.request_rejoin()
+
+    def _reassign(self, new: set[TopicPartition]) -> None:
+        """Take ``new`` as the assignment; kept partitions read on from where they were."""
+        subscription = self._subscription.subscription
+        before = subscription.assignment
+        kept = {
+            tp: state
+            for tp in new
+            if before is not None and (state := before.state_value(tp)) is not None
+        }
+        self._subscription.assign_from_subscribed(new)
+        after = subscription.assignment
+        for tp, old in kept.items():
+            state = after.state_value(tp)
+            if old.has_valid_position:
+                state.reset_to(old.position)
+            state.highwater, state.lso, state.timestamp = old.highwater, old.lso, old.timestamp
+            if old.paused:
+                state.pause()
+
+    async def _lose(self, owned: set[TopicPartition], *, reason: str) -> None:
+        log.warning(
+            "partitions_lost",
+            group_id=self._coordinator.group_id,
+            partitions=sorted(_tps(owned)),
+            reason=reason,
+        )
+        listener = self._subscription.listener
+        lost = getattr(listener, "on_partitions_lost", None)
+        await _call(listener, "on_partitions_lost" if lost else "on_partitions_revoked", owned)
+        self._subscription.assign_from_subscribed(set())
+        self._owner.consumer_restarted()  # report owning nothing at the join
+
+
+def _tps(tps: set[TopicPartition]) -> list[tuple[str, int]]:
+    return [(tp.topic, tp.partition) for tp in tps]
+
+
+async def _call(listener: ConsumerRebalanceListener | None, name: str, tps: set[Any]) -> None:
+    """Await a listener callback as aiokafka does: its exceptions are logged, not raised."""
+    if listener is None:
+        return
+    try:
+        result = getattr(listener, name)(tps)
+        if asyncio.iscoroutine(result):
+            await result
+    except Exception:
+        log.exception("rebalance_listener_failed", callback=name, partitions=len(tps))
