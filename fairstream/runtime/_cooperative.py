@@ -20,6 +20,17 @@ stopped while the group rebalances, even where the plan hands each partition bac
   it missed a rebalance, and another member may own its partitions now) loses them:
   the listener's ``on_partitions_lost`` drops them without committing.
 
+A cooperative member commits while the group rebalances, which eager members never
+do. Kafka accepts such a commit until the new generation forms; noida answers it
+with ``ILLEGAL_GENERATION``, and aiokafka then resets the generation: every member
+would lose everything at every join. So a refused commit resets nothing here (as Kafka's
+Java consumer does for a commit refused while the group rebalances): it is retried
+at the next commit, and the heartbeat, which goes on, says whether the group
+rebalances (the member rejoins with its member id) or fenced the member (aiokafka
+resets the generation: lost). Asking for a rejoin instead would loop: a refusal
+that arrives after the member joined the new generation starts one more rebalance,
+in which other members' commits are refused.
+
 It is private API, so it is guarded: if the coordinator is not the shape this
 module knows, an App with ``cooperative=True`` refuses to start (a ``ConfigError``)
 rather than fall back to eager in silence; ``tests/runtime/test_cooperative.py``
@@ -30,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 import structlog
@@ -54,11 +66,17 @@ _EXPECTED = {
     "_stop_commit_offsets_refresh_task": [],
     "start_commit_offsets_refresh_task": ["assignment"],
     "request_rejoin": [],
+    "reset_generation": [],
+    "_do_commit_offsets": ["assignment", "offsets"],
 }
 """The coordinator methods this module replaces or calls, with their parameters."""
 
 _STATE = ("reset_to", "pause", "has_valid_position", "position", "paused")
 _SUBSCRIPTION = ("assign_from_subscribed", "assigned_partitions", "subscription", "listener")
+
+
+_COMMITTING: ContextVar[bool] = ContextVar("fairstream_cooperative_commit", default=False)
+"""Set in the task that sends a commit (aiokafka shields it: a task of its own)."""
 
 
 class Owner(Protocol):
@@ -110,6 +128,23 @@ def make_cooperative(consumer: Any, owner: Owner) -> None:
     hook = _Cooperative(coordinator, owner)
     coordinator._on_join_prepare = hook.prepare
     coordinator._on_join_complete = hook.complete
+    commit, reset = coordinator._do_commit_offsets, coordinator.reset_generation
+
+    async def commit_offsets(assignment: Any, offsets: Any) -> Any:
+        token = _COMMITTING.set(True)
+        try:
+            return await commit(assignment, offsets)
+        finally:
+            _COMMITTING.reset(token)
+
+    def reset_generation() -> None:
+        if not _COMMITTING.get():
+            reset()
+            return
+        log.info("cooperative_commit_refused", generation=coordinator.generation)
+
+    coordinator._do_commit_offsets = commit_offsets
+    coordinator.reset_generation = reset_generation
 
 
 class _Cooperative:
