@@ -33,6 +33,7 @@ def test_cooperative_members_offer_protocols_of_their_own(assignor: str | list[s
     ]
     assert names == [protocol_name(s, cooperative=True) for s in planner.strategies]
     assert all(name.endswith("-coop") for name in names)
+    assert not set(names) & set(eager)  # Kafka's rule: never one protocol for both
     assert not any(shared_protocol(name) for name in names)
 
 
