@@ -27,7 +27,11 @@ from fairstream.config import (
     from_env,
 )
 from fairstream.errors import ConfigError, FairstreamError, HandlerAborted
-from fairstream.runtime._assignor_checks import check_cooperative, check_replan_interval
+from fairstream.runtime._assignor_checks import (
+    Cooperative,
+    check_cooperative,
+    check_replan_interval,
+)
 from fairstream.runtime._clients import aiokafka_clients
 from fairstream.runtime._decode import (
     Decoder,
@@ -107,7 +111,8 @@ class App:
     ``cooperative=True`` (``assignor="sticky"`` or ``"lag"``; KIP-429): members keep
     handling the partitions they keep while the group rebalances, instead of all
     stopping at every join; a moving partition is revoked by its owner in one round
-    and assigned in the next (README, "Cooperative rebalancing").
+    and assigned in the next; ``"upgrade"`` is the first step of the rolling upgrade
+    (README, "Cooperative rebalancing").
 
     :raises ConfigError: for an unknown, repeated or missing assignor, a bad threshold,
         a ``replan_interval`` without ``lag`` or not above 0, a missing bootstrap,
@@ -132,7 +137,7 @@ class App:
         clients: ClientsFactory | None = None,
         middlewares: Sequence[Middleware] = (),
         replan_interval: float | None = None,
-        cooperative: bool = False,
+        cooperative: Cooperative = False,
     ) -> None:
         env = from_env()
         self.bootstrap = bootstrap or env.get("bootstrap", "")

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from fairstream.assign import strategy_names
 from fairstream.errors import ConfigError
 
-__all__ = ["COOPERATIVE_STRATEGIES", "check_cooperative", "check_replan_interval"]
+__all__ = ["COOPERATIVE_STRATEGIES", "Cooperative", "check_cooperative", "check_replan_interval"]
+
+Cooperative = bool | Literal["upgrade"]
+"""``True``: rebalance cooperatively (KIP-429); ``"upgrade"``: rebalance eagerly but
+offer the cooperative protocols too, the first step of a rolling upgrade."""
 
 COOPERATIVE_STRATEGIES = frozenset({"sticky", "lag"})
 """The strategies that keep partitions with their owners, the point of KIP-429:
@@ -29,11 +34,16 @@ def check_replan_interval(strategy: str | Sequence[str], interval_s: float | Non
     return interval_s
 
 
-def check_cooperative(strategy: str | Sequence[str], cooperative: bool) -> bool:
+def check_cooperative(strategy: str | Sequence[str], cooperative: Cooperative) -> Cooperative:
     """``cooperative`` if every offered strategy can plan for cooperative members.
 
-    :raises ConfigError: cooperative with a strategy other than ``sticky`` and ``lag``.
+    :raises ConfigError: cooperative with a strategy other than ``sticky`` and ``lag``,
+        or a value other than ``True``, ``False`` and ``"upgrade"``.
     """
+    if cooperative not in (True, False, "upgrade"):
+        raise ConfigError(
+            "cooperative", cooperative, "unknown mode", "use True, False or 'upgrade'"
+        )
     if cooperative and (other := sorted(set(strategy_names(strategy)) - COOPERATIVE_STRATEGIES)):
         raise ConfigError(
             "cooperative",

@@ -45,8 +45,8 @@ from aiokafka.coordinator.protocol import (
 from fairstream.assign import STRATEGIES, Assignment, GroupSnapshot, strategy_names
 from fairstream.config import SecurityConfig
 from fairstream.errors import BrokerError, ConfigError
+from fairstream.runtime import _assignor_checks as checks
 from fairstream.runtime._admin import AutoOffsetReset, BrokerAdmin
-from fairstream.runtime._assignor_checks import check_cooperative, check_replan_interval
 from fairstream.runtime._cooperative import hold_back
 from fairstream.runtime._lag_listener import RefreshingListener
 from fairstream.runtime._member_data import encode_owned, reported_owners
@@ -136,10 +136,12 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         clock: Callable[[], float] = time.monotonic,
         security: SecurityConfig | None = None,
         replan_interval_s: float | None = None,
-        cooperative: bool = False,
+        cooperative: checks.Cooperative = False,
     ) -> None:
         self.strategies = strategy_names(strategy)
-        self.cooperative = check_cooperative(self.strategies, cooperative)
+        mode = checks.check_cooperative(self.strategies, cooperative)
+        self.cooperative = mode is True
+        """Whether this member rebalances cooperatively (else it offers ``-coop`` at most)."""
         if "lag" in self.strategies and (not bootstrap or not group_id):
             raise ConfigError(
                 "assignor",
@@ -147,7 +149,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
                 "the lag strategy reads the group's lag from the cluster",
                 "pass bootstrap= and group_id= to make_assignor",
             )
-        self.replan_interval_s = check_replan_interval(strategy, replan_interval_s)
+        self.replan_interval_s = checks.check_replan_interval(strategy, replan_interval_s)
         self.strategy = self.strategies[0]
         self._bootstrap = bootstrap or ""
         self._group_id = group_id or ""
@@ -170,7 +172,8 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         """The protocol the group chose at this member's last assignment."""
         self.protocols: tuple[AbstractPartitionAssignor, ...] = (
             self,
-            *(StrategyOffer(self, s) for s in self.strategies[1:]),
+            *(StrategyOffer(self, s, self.cooperative) for s in self.strategies[1:]),
+            *(StrategyOffer(self, s, True) for s in self.strategies if mode == "upgrade"),
         )
         """What to pass as ``partition_assignment_strategy``, in order of preference."""
 
@@ -181,12 +184,14 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
 
     # --- aiokafka's assignor interface (synchronous, no I/O) ---------------------
 
-    def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
+    def metadata(
+        self, topics: Iterable[str], *, owned: bool = True
+    ) -> ConsumerProtocolMemberMetadata:
         """Join metadata: our subscription, and the partitions we own in the user data.
 
         After :meth:`consumer_restarted` the user data also counts the restarts.
         """
-        user_data = encode_owned(self._owned, self._restarts)
+        user_data = encode_owned(self._owned if owned else {}, self._restarts)
         return ConsumerProtocolMemberMetadata(self.version, sorted(topics), user_data)
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
@@ -220,13 +225,14 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self, cluster: ClusterMetadata, members: Mapping[str, ConsumerProtocolMemberMetadata]
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
         """Plan the group (leader only) with the first strategy."""
-        return self.plan_group(self.strategy, cluster, members)
+        return self.plan_group(self.strategy, cluster, members, self.cooperative)
 
     def plan_group(
         self,
         chosen: str,
         cluster: ClusterMetadata,
         members: Mapping[str, ConsumerProtocolMemberMetadata],
+        cooperative: bool = False,
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
         """Plan the group (leader only) with the strategy whose protocol the group chose.
 
@@ -260,9 +266,9 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         )
         previous = reported_owners(members, counts)
         result = STRATEGIES[strategy](snapshot, previous)
-        if self.cooperative:
+        if cooperative:
             result = hold_back(result, previous)
-        protocol = protocol_name(chosen, self.cooperative)
+        protocol = protocol_name(chosen, cooperative)
         self._planned = True
         self.last_plan = PlanRecord(
             strategy=strategy,
@@ -387,7 +393,7 @@ def make_assignor(
     max_lag_age_s: float = 30.0,
     security: SecurityConfig | None = None,
     replan_interval_s: float | None = None,
-    cooperative: bool = False,
+    cooperative: checks.Cooperative = False,
 ) -> PlanningAssignor:
     """An adapter for ``partition_assignment_strategy=assignor.protocols``; one per consumer.
 
@@ -398,7 +404,8 @@ def make_assignor(
     your own ``on_partitions_revoked``) so a fresh reading exists at each join.
     ``replan_interval_s`` turns on re-planning on drift (see
     :func:`fairstream.runtime._drift.watch_drift`, which the App runs).
-    ``cooperative`` plans for KIP-429 members (:mod:`fairstream.runtime._cooperative`).
+    ``cooperative`` plans for KIP-429 members (:mod:`fairstream.runtime._cooperative`);
+    ``"upgrade"`` offers the ``-coop`` protocols after the eager ones, rebalancing eagerly.
 
     :raises ConfigError: an unknown, repeated or missing strategy name, ``lag``
         without bootstrap/group_id, ``replan_interval_s`` without ``lag`` or not above
@@ -426,16 +433,19 @@ class StrategyOffer(AbstractPartitionAssignor):  # type: ignore[misc]
 
     version = 0
 
-    def __init__(self, planner: PlanningAssignor, strategy: str) -> None:
+    def __init__(self, planner: PlanningAssignor, strategy: str, cooperative: bool) -> None:
         self._planner = planner
         self.strategy = strategy
+        self.cooperative = cooperative
 
     @property
     def name(self) -> str:
-        return protocol_name(self.strategy, self._planner.cooperative)
+        return protocol_name(self.strategy, self.cooperative)
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
-        return self._planner.metadata(topics)
+        # An eager member offering -coop owns nothing when it joins: it revoked all.
+        owned = self._planner.cooperative or not self.cooperative
+        return self._planner.metadata(topics, owned=owned)
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
         self._planner.assigned(self.name, assignment)
@@ -443,4 +453,4 @@ class StrategyOffer(AbstractPartitionAssignor):  # type: ignore[misc]
     def assign(
         self, cluster: ClusterMetadata, members: Mapping[str, ConsumerProtocolMemberMetadata]
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
-        return self._planner.plan_group(self.strategy, cluster, members)
+        return self._planner.plan_group(self.strategy, cluster, members, self.cooperative)

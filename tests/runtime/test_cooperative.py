@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import inspect
+import json
 
 import pytest
 from aiokafka import AIOKafkaConsumer
+from aiokafka.cluster import ClusterMetadata
 from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance, GroupCoordinator
+from aiokafka.coordinator.protocol import (
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
 
 from fairstream import App
 from fairstream.errors import ConfigError
@@ -70,3 +76,33 @@ async def test_the_pinned_aiokafka_has_what_the_hook_relies_on(noida: Broker) ->
     }
     for function, call in calls.items():
         assert call in inspect.getsource(function), f"{function.__qualname__} no longer has {call}"
+
+
+def test_the_upgrade_step_offers_eager_first_and_reports_nothing_owned_to_coop() -> None:
+    """Step 1 of the rolling upgrade: eager members that a cooperative group can take."""
+    planner = make_assignor("sticky", cooperative="upgrade")
+    assert not planner.cooperative  # it rebalances eagerly: no hook at start
+    eager, coop = planner.protocols
+    assert [eager.name, coop.name] == ["fairstream-sticky", "fairstream-sticky-coop"]
+    planner.assigned(eager.name, ConsumerProtocolMemberAssignment(0, [("t", [0, 1])], b""))
+    # An eager member revoked everything before it joins: under -coop it owns nothing,
+    # so a cooperative leader holds nothing back for it (Kafka's eager members alike).
+    assert json.loads(eager.metadata(["t"]).user_data) == {"t": [0, 1]}
+    assert json.loads(coop.metadata(["t"]).user_data) == {}
+
+
+def test_a_cooperative_leader_holds_back_what_moves_between_live_members() -> None:
+    planner = make_assignor("sticky", cooperative=True)
+    cluster = ClusterMetadata()
+    cluster._partitions = {"t": dict.fromkeys(range(4))}
+    owned = {"a": {"t": [0, 1, 2, 3]}, "b": {}}
+    members = {
+        m: ConsumerProtocolMemberMetadata(0, ["t"], json.dumps(o).encode())
+        for m, o in owned.items()
+    }
+    first = planner.assign(cluster, members)
+    assert first["a"].assignment == [("t", [0, 1])]
+    assert first["b"].assignment == []  # 2 and 3 wait for a's revoke
+    members["a"] = ConsumerProtocolMemberMetadata(0, ["t"], json.dumps({"t": [0, 1]}).encode())
+    second = planner.assign(cluster, members)
+    assert second["b"].assignment == [("t", [2, 3])]
