@@ -182,9 +182,18 @@ class _Cooperative:
         coordinator = self._coordinator
         assignor = coordinator._lookup_assignor(protocol)
         assert assignor, f"invalid assignment protocol: {protocol}"
+        owned = set(self._subscription.assigned_partitions())
+        if not member_assignment_bytes:
+            # No assignment at all: the leader did not plan for this member (noida
+            # answers so a member it left out of the generation), so others may own
+            # its partitions now: lost. Rejoin, with metadata that makes it rebalance.
+            if owned:
+                await self._lose(owned, reason="left_out_of_generation")
+            self._owner.consumer_restarted()
+            coordinator.request_rejoin()
+            return
         assignment = ConsumerProtocol.ASSIGNMENT.decode(member_assignment_bytes)
         new = set(assignment.partitions())
-        owned = set(self._subscription.assigned_partitions())
         if owned and self._member_id and member_id != self._member_id:
             # Reset during the join: a generation went on without us (KIP-429: lost).
             await self._lose(owned, reason="member_id_changed")
