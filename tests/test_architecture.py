@@ -113,7 +113,8 @@ ROOMS = {
     "_workers": {"_fetch", "_rebalance", "_shadow", "_engine", "_app"},
     "_handling": {"_fetch", "_workers", "_rebalance", "_shadow", "_engine", "_app"},
     "_shadow": {"_fetch", "_workers", "_handling", "_rebalance", "_engine", "_app"},
-    "_rebalance": {"_fetch", "_handling", "_engine", "_app"},
+    "_rebalance": {"_fetch", "_handling", "_commit", "_engine", "_app"},
+    "_commit": {"_fetch", "_workers", "_handling", "_rebalance", "_shadow", "_engine", "_app"},
     "_engine": {"_app"},
 }
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -39,9 +38,9 @@ from fairstream.runtime._decode import (
 from fairstream.runtime._engine import Ack, Engine
 from fairstream.runtime._middleware import Middleware, bind_app, check_middlewares, publish_hooks
 from fairstream.runtime._ports import KafkaClients
-from fairstream.runtime._record import Headers, Record
+from fairstream.runtime._record import Headers, Record, publish_bytes
 from fairstream.runtime._stats import AppStats, prometheus_text
-from fairstream.runtime._subscriber import Subscriber, new_subscriber
+from fairstream.runtime._subscriber import Subscriber, new_subscriber, parallel_rebalance_setting
 
 __all__ = ["App", "Health"]
 
@@ -71,18 +70,6 @@ async def _stop_on_signals(engine: Engine) -> None:
             received += 1
             log.info("shutdown_requested", signal=signal.Signals(signum).name)
             engine.request_stop(now=received > 1)
-
-
-def _encode(value: object) -> bytes | None:
-    """Bytes for ``publish``: bytes as given, str as UTF-8, models and JSON data as JSON."""
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    dump = getattr(value, "model_dump_json", None)
-    if callable(dump):
-        return str(dump()).encode()
-    return json.dumps(value, separators=(",", ":")).encode()
 
 
 @final
@@ -145,7 +132,7 @@ class App:
             raise ConfigError("group_id", group_id, "must not be empty")
         if ack not in ("auto", "manual"):
             raise ConfigError("ack", ack, "unknown mode", "use 'auto' or 'manual'")
-        self.parallel_rebalance = _parallel_rebalance(parallel_rebalance, ack)
+        self.parallel_rebalance = parallel_rebalance_setting(parallel_rebalance, ack)
         self.group_id = group_id
         self.assignor = assignor
         strategy_names(assignor, field="assignor")  # fail here, not at the first join
@@ -269,7 +256,7 @@ class App:
         catch_up = (
             self.parallel_rebalance
             if parallel_rebalance is None
-            else _parallel_rebalance(parallel_rebalance, self.ack)
+            else parallel_rebalance_setting(parallel_rebalance, self.ack)
         )
 
         def register(handler: H) -> H:
@@ -416,7 +403,7 @@ class App:
         for hook in self._publish_hooks:
             headers = hook(topic, headers)
         await self._clients.publish(
-            topic, _encode(value), key=raw_key, headers=headers, partition=partition
+            topic, publish_bytes(value), key=raw_key, headers=headers, partition=partition
         )
 
     async def commit(self, record: Record[Any]) -> bool:
@@ -458,26 +445,3 @@ class App:
             and engine.reachable,
             state=state,
         )
-
-
-def _parallel_rebalance(setting: bool | ParallelRebalance, ack: Ack) -> ParallelRebalance | None:
-    """The KIP-333 settings ``setting`` stands for: ``True`` means the defaults."""
-    if isinstance(setting, ParallelRebalance):
-        chosen: ParallelRebalance | None = setting
-    elif isinstance(setting, bool):
-        chosen = ParallelRebalance() if setting else None
-    else:
-        raise ConfigError(
-            "parallel_rebalance",
-            setting,
-            "must be a bool or a ParallelRebalance",
-            "pass True, or ParallelRebalance(threshold=..., handoff=...)",
-        )
-    if chosen is not None and ack == "manual":
-        raise ConfigError(
-            "parallel_rebalance",
-            setting,
-            "needs ack='auto'",
-            "the runtime commits the shadow's progress itself; use ack='auto' or turn it off",
-        )
-    return chosen

@@ -3,12 +3,13 @@
 One record walks the rooms once: the fetcher (``_fetch``) pulls it into its
 partition's queue, the fair scheduler (``_scheduler``) puts it in a dispatch, a
 worker (``_workers``) takes the dispatch to the handler (``_handling``), which moves
-the partition's watermark (``_offsets``), and the engine's commit loop commits it.
+the partition's watermark (``_offsets``), and the engine's commit loop has the
+committer (``_commit``) commit it.
 The rebalancer (``_rebalance``) adds and removes partitions, and starts the KIP-333
 shadows (``_shadow``), which feed replayed records to the same scheduler.
 
 The engine owns the task group (fetcher, workers, commit loop, shadows), start,
-drain and stop, and the commits. Each room gets only the callbacks it needs, so no
+drain and stop, and when to commit. Each room gets only the callbacks it needs, so no
 two rooms import each other.
 """
 
@@ -19,12 +20,11 @@ from collections.abc import Sequence
 import anyio
 import structlog
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaError
-from aiokafka.structs import OffsetAndMetadata
 
 from fairstream.assign import partition_lag
 from fairstream.config import OffsetReset, SchedulerConfig
 from fairstream.errors import FairstreamError
+from fairstream.runtime._commit import Committer
 from fairstream.runtime._fetch import Fetcher
 from fairstream.runtime._handling import DispatchRunner
 from fairstream.runtime._offsets import OffsetTracker
@@ -70,8 +70,14 @@ class Engine:
             self._scheduler.configure_lane(lane, single=not sub.batch, limit=sub.concurrency)
         self._offsets = OffsetTracker()
         self._offsets.maps = scheduler.offset_map
-        self._map_checked = False
         self.stats_recorder = StatsRecorder()
+        self._committer = Committer(
+            group_id=group_id,
+            clients=clients,
+            offsets=self._offsets,
+            stats=self.stats_recorder,
+            timeout=scheduler.commit_timeout,
+        )
         self._shadows: ShadowTasks | None = None
         if isinstance(clients, ShadowClients):
             self._shadows = ShadowTasks(
@@ -256,118 +262,12 @@ class Engine:
             await self.commit()
 
     async def acknowledge(self, tp: TP, next_offset: int) -> bool:
-        """``ack='manual'``: every record of ``tp`` below ``next_offset`` is done; commit.
-
-        ``False`` when this member does not own ``tp`` (revoked meanwhile: the new
-        owner redelivers the records; logged, nothing committed) or the broker refused
-        the commit for now (logged; the periodic commit retries it).
-        """
-        if tp not in self._offsets.partitions:
-            log.warning(
-                "commit_not_owned",
-                topic=tp[0],
-                partition=tp[1],
-                offset=next_offset - 1,
-                reason="the partition was revoked from this member; its new owner "
-                "redelivers what was not committed",
-            )
-            return False
-        if self._offsets.out_of_order(tp):
-            self._offsets.finish(tp, next_offset - 1)  # a keyed lane: this record only
-        else:
-            self._offsets.advance(tp, next_offset)
-        return await self.commit({tp})
+        """``ack='manual'``: see :meth:`Committer.acknowledge`."""
+        return await self._committer.acknowledge(tp, next_offset)
 
     async def commit(self, tps: set[TP] | None = None) -> bool:
         """Commit the watermarks of ``tps`` (all by default); ``False``: retried later."""
-        pending = self._offsets.pending(tps)
-        for tp, ranges in self._offsets.overflowed:
-            log.warning(
-                "offset_map_dropped",
-                topic=tp[0],
-                partition=tp[1],
-                ranges=ranges,
-                reason="the finished offsets do not fit the commit metadata; committing "
-                "the plain watermark, so a restart repeats more records",
-            )
-        self._offsets.overflowed.clear()
-        if not pending:
-            return True
-        request = {
-            TopicPartition(*tp): OffsetAndMetadata(offset, metadata)
-            for tp, (offset, metadata) in pending.items()
-        }
-        try:
-            with anyio.fail_after(self._config.commit_timeout):
-                await self._clients.consumer.commit(request)
-        except KafkaError as exc:
-            self.stats_recorder.commit_failures += 1
-            log.warning(
-                "commit_failed", reason=f"{type(exc).__name__}: {exc}", partitions=len(pending)
-            )
-            return False
-        except TimeoutError:
-            gone = await self._deleted(set(pending))
-            if gone:
-                return await self.commit(set(pending) - gone)
-            self.stats_recorder.commit_failures += 1
-            log.warning(
-                "commit_failed",
-                reason=f"no answer within commit_timeout={self._config.commit_timeout} s",
-                partitions=len(pending),
-            )
-            return False
-        self.stats_recorder.commits += 1
-        self._offsets.committed(pending)
-        log.debug("offsets_committed", partitions=len(pending))
-        if not self._map_checked:
-            await self._check_map_kept(pending)
-        return True
-
-    async def _deleted(self, tps: set[TP]) -> set[TP]:
-        """The partitions of ``tps`` whose topic is gone (or shrank), now forgotten.
-
-        A commit for them would be retried by aiokafka forever; their records cannot
-        be read again, so there is nothing left to commit for them.
-        """
-        topics = {topic for topic, _ in tps}
-        try:
-            counts = await self._clients.partition_counts(topics)
-        except FairstreamError:
-            return set()  # the cluster does not answer: keep everything, retry later
-        gone = {tp for tp in tps if tp[1] >= counts.get(tp[0], 0)}
-        # A revoke's commit and the periodic one may time out together: warn once.
-        dropped = gone & self._offsets.partitions.keys()
-        if dropped:
-            log.warning(
-                "topic_deleted",
-                topics=sorted({topic for topic, _ in dropped}),
-                partitions=sorted(dropped),
-                reason="the commit for them cannot succeed; they are dropped and the "
-                "group's other partitions go on",
-            )
-            self._offsets.forget(dropped)
-        return gone
-
-    async def _check_map_kept(self, sent: dict[TP, tuple[int, str]]) -> None:
-        """Read the first offset map back once; a broker that drops it turns maps off."""
-        mapped = {tp for tp, (_, metadata) in sent.items() if '"done"' in metadata}
-        if not mapped or not isinstance(self._clients, ShadowClients):
-            return
-        self._map_checked = True
-        try:
-            found = await self._clients.committed_offsets(mapped)
-        except FairstreamError:
-            self._map_checked = False  # try again on a later commit
-            return
-        if any((got := found.get(tp)) is not None and not got[1] for tp in mapped):
-            self._offsets.maps = False
-            log.warning(
-                "offset_map_unavailable",
-                group_id=self.group_id,
-                reason="the broker dropped commit metadata; committing the plain watermark, "
-                "so a restart repeats the records finished above it",
-            )
+        return await self._committer.commit(tps)
 
     # --- introspection --------------------------------------------------------------
 

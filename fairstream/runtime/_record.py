@@ -6,6 +6,7 @@ building it costs a third as much, and one is built for every record consumed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, Generic, NamedTuple
 
@@ -16,6 +17,7 @@ __all__ = [
     "Headers",
     "Record",
     "as_records",
+    "publish_bytes",
     "record_bytes",
     "record_from",
     "with_key",
@@ -142,3 +144,15 @@ def record_bytes(records: Sequence[Record[bytes]]) -> int:
     sample = records[:: len(records) // _SAMPLED or 1]
     values = sum(len(r.raw) for r in sample if r.raw is not None)
     return len(records) * (values // len(sample) + 64) if sample else 0
+
+
+def publish_bytes(value: object) -> bytes | None:
+    """Bytes for ``publish``: bytes as given, str as UTF-8, models and JSON data as JSON."""
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    dump = getattr(value, "model_dump_json", None)
+    if callable(dump):
+        return str(dump()).encode()
+    return json.dumps(value, separators=(",", ":")).encode()

@@ -24,7 +24,7 @@ from fairstream.runtime._decode import (
 )
 from fairstream.runtime._middleware import Middleware, compose
 
-__all__ = ["Handler", "Subscriber", "new_subscriber"]
+__all__ = ["Handler", "Subscriber", "new_subscriber", "parallel_rebalance_setting"]
 
 Handler = Callable[[Any], Awaitable[None]]
 
@@ -104,3 +104,28 @@ def new_subscriber(
         ordering=settings.ordering,
         concurrency=settings.concurrency,
     )
+
+
+def parallel_rebalance_setting(
+    setting: bool | ParallelRebalance, ack: str
+) -> ParallelRebalance | None:
+    """The KIP-333 settings ``setting`` stands for: ``True`` means the defaults."""
+    if isinstance(setting, ParallelRebalance):
+        chosen: ParallelRebalance | None = setting
+    elif isinstance(setting, bool):
+        chosen = ParallelRebalance() if setting else None
+    else:
+        raise ConfigError(
+            "parallel_rebalance",
+            setting,
+            "must be a bool or a ParallelRebalance",
+            "pass True, or ParallelRebalance(threshold=..., handoff=...)",
+        )
+    if chosen is not None and ack == "manual":
+        raise ConfigError(
+            "parallel_rebalance",
+            setting,
+            "needs ack='auto'",
+            "the runtime commits the shadow's progress itself; use ack='auto' or turn it off",
+        )
+    return chosen
