@@ -18,7 +18,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
 from fairstream.config import OffsetReset
-from fairstream.errors import FairstreamError
+from fairstream.errors import FairstreamError, describe
 from fairstream.ranges import decode_shadow
 from fairstream.runtime._assignors import shared_protocol
 from fairstream.runtime._offsets import OffsetTracker
@@ -187,7 +187,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
             log.warning(
                 "unsaved_progress_dropped",
                 partitions=sorted(back),
-                reason=f"{type(exc).__name__}: {exc}",
+                reason=describe(exc),
             )
             return committed
         for tp, (offset, metadata) in sorted(back.items()):
@@ -346,7 +346,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
                     partition=tp[1],
                     reason="commit_failed",
                     lag=plan.lag,
-                    error=f"{type(exc).__name__}: {exc}",
+                    error=describe(exc),
                 )
             return set()
         return {
