@@ -76,12 +76,17 @@ class PlanError(FairstreamError, ValueError):
 
 
 def describe(exc: BaseException) -> str:
-    """``Name: message`` for an exception wrapped into one of ours, the name once.
+    """``Name: message`` on one line, for logs and for exceptions wrapped into ours.
 
     aiokafka's errors already start their ``str()`` with the class name, so the
-    usual ``f"{type(exc).__name__}: {exc}"`` prints it twice.
+    usual ``f"{type(exc).__name__}: {exc}"`` prints it twice; some carry a
+    paragraph of advice and a summary (``CommitFailedError``): the summary is kept,
+    and line breaks and runs of spaces become one space.
     """
-    name, text = type(exc).__name__, str(exc)
+    name = type(exc).__name__
+    texts = [arg for arg in exc.args if isinstance(arg, str) and arg.strip()]
+    text = min(texts, key=len) if len(texts) > 1 else str(exc)
+    text = " ".join(text.split())
     if not text or text == name:
         return name
     return text if text.startswith(f"{name}:") else f"{name}: {text}"

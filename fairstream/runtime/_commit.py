@@ -14,7 +14,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
-from fairstream.errors import FairstreamError
+from fairstream.errors import FairstreamError, describe
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._ports import KafkaClients, ShadowClients
 from fairstream.runtime._record import TP
@@ -91,9 +91,7 @@ class Committer:
                 await self._clients.consumer.commit(request)
         except KafkaError as exc:
             self._stats.commit_failures += 1
-            log.warning(
-                "commit_failed", reason=f"{type(exc).__name__}: {exc}", partitions=len(pending)
-            )
+            log.warning("commit_failed", reason=describe(exc), partitions=len(pending))
             return False
         except TimeoutError:
             gone = await self._deleted(set(pending))

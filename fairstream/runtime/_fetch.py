@@ -32,7 +32,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
 from fairstream.config import SchedulerConfig
-from fairstream.errors import BrokerError, FairstreamError
+from fairstream.errors import BrokerError, FairstreamError, describe
 from fairstream.runtime._ports import KafkaClients, consumer_broken
 from fairstream.runtime._record import TP, Record, as_records, record_bytes
 from fairstream.runtime._scheduler import Dispatch, FairScheduler, PartitionQueue
@@ -204,7 +204,7 @@ class Fetcher:
                 "partition_fetch_failed",
                 topic=tp.topic,
                 partition=tp.partition,
-                reason=f"{type(exc).__name__}: {exc}",
+                reason=describe(exc),
                 failures=failures,
                 retry_in=backoff,
             )

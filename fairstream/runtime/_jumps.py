@@ -21,7 +21,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
 from fairstream.config import OffsetReset
-from fairstream.errors import FairstreamError
+from fairstream.errors import FairstreamError, describe
 from fairstream.runtime._assignors import shared_protocol
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._ports import KafkaClients, ShadowClients
@@ -236,7 +236,7 @@ class Jumps:
                     partition=tp[1],
                     reason="commit_failed",
                     lag=plan.lag,
-                    error=f"{type(exc).__name__}: {exc}",
+                    error=describe(exc),
                 )
             return set()
         return {

@@ -19,7 +19,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
 from fairstream.config import OffsetReset
-from fairstream.errors import FairstreamError
+from fairstream.errors import FairstreamError, describe
 from fairstream.ranges import decode_shadow
 from fairstream.runtime._jumps import Jumps
 from fairstream.runtime._offsets import OffsetTracker
@@ -196,7 +196,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
             log.warning(
                 "unsaved_progress_dropped",
                 partitions=sorted(back),
-                reason=f"{type(exc).__name__}: {exc}",
+                reason=describe(exc),
             )
             return committed
         for tp, (offset, metadata) in sorted(back.items()):

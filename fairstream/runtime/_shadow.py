@@ -40,7 +40,7 @@ import anyio.abc
 import structlog
 
 from fairstream.config import ParallelRebalance, ShadowHandoff
-from fairstream.errors import BrokerError, FairstreamError, HandoffFailed
+from fairstream.errors import BrokerError, FairstreamError, HandoffFailed, describe
 from fairstream.ranges import OffsetRange, decode_shadow, encode_shadow, merge_ranges
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._ports import ShadowClients, ShadowReader
@@ -327,7 +327,7 @@ class ShadowTasks:
             )
             return _UNKNOWN
         except Exception as exc:
-            log.warning("shadow_handoff_failed", **where, reason=f"{type(exc).__name__}: {exc}")
+            log.warning("shadow_handoff_failed", **where, reason=describe(exc))
             return _UNKNOWN
         log.info("shadow_handoff_finished", **where, seconds=round(time.monotonic() - began, 3))
         return None
