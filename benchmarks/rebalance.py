@@ -33,10 +33,11 @@ long (the issue's measurement: the group waits for the revoke of a member busy w
 a slow record); partition 0 is then left out of the retained gap.
 
 On an embedded tansu broker unless ``--engine noida`` or ``--bootstrap`` (or
-``FAIRSTREAM_BOOTSTRAP``). tansu holds every JoinGroup round open ~3 s, so each
-round of a rebalance costs that (a cooperative move takes two). On noida the first
-members are static (noida never evicts a member) and the joining one is dynamic (a
-static member never leaves there)::
+``FAIRSTREAM_BOOTSTRAP``). tansu holds every JoinGroup round open for about half
+the session timeout (~3 s at ``--session-timeout-ms 6000``, Kafka's minimum; ~5 s
+at 10000), so each round of a rebalance costs that (a cooperative move takes two).
+On noida the first members are static (noida never evicts a member) and the
+joining one is dynamic (a static member never leaves there)::
 
     python benchmarks/rebalance.py --repeat 3
 """
@@ -446,8 +447,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--session-timeout-ms",
         type=int,
-        default=10_000,
-        help="session timeout of every member (how long tansu takes to notice a leave)",
+        default=6_000,
+        help="session timeout of every member (a tansu JoinGroup round lasts about half of it)",
     )
     parser.add_argument("--repeat", type=int, default=3, help="runs of each mode, interleaved")
     parser.add_argument(
