@@ -80,6 +80,7 @@ class AIOKafkaClients:
         self._producer = self._new_producer(idempotent=True)
         self._admin = admin
         self._subscription: tuple[list[str], ConsumerRebalanceListener] | None = None
+        self._rejoin_after_s = consumer_config.heartbeat_interval_ms / 1000
 
     def _group_consumer(self) -> AIOKafkaConsumer:
         config = self._config
@@ -187,7 +188,7 @@ class AIOKafkaClients:
         build_records_directly(self._consumer)
         offer_all_at_once(self._consumer)
         if self._assignor.cooperative:
-            make_cooperative(self._consumer, self._assignor)
+            make_cooperative(self._consumer, self._assignor, rejoin_after_s=self._rejoin_after_s)
         existing = await self._consumer.topics()
         missing = sorted(set(topics) - existing)
         if missing:
@@ -216,7 +217,7 @@ class AIOKafkaClients:
             build_records_directly(fresh)
             offer_all_at_once(fresh)
             if self._assignor.cooperative:
-                make_cooperative(fresh, self._assignor)
+                make_cooperative(fresh, self._assignor, rejoin_after_s=self._rejoin_after_s)
         except BrokerError:
             with anyio.CancelScope(shield=True):
                 await stop_quietly(fresh.stop)

@@ -15,7 +15,8 @@ stopped while the group rebalances, even where the plan hands each partition bac
   the partitions in both keep their fetch positions, queues, in-flight work and
   KIP-333 shadows. When something was revoked, the member asks for another
   rebalance, in which the leader gives it to its new owner (the leader held it back:
-  :func:`fairstream.assign.cooperative.hold_back_moves`);
+  :func:`fairstream.assign.cooperative.hold_back_moves`). It asks one heartbeat
+  interval later, not at once (see "The follow-up rejoin waits" below);
 - a member whose generation was reset (``UNKNOWN_MEMBER_ID``, ``ILLEGAL_GENERATION``:
   it missed a rebalance, and another member may own its partitions now) loses them:
   the listener's ``on_partitions_lost`` drops them without committing.
@@ -30,6 +31,20 @@ rebalances (the member rejoins with its member id) or fenced the member (aiokafk
 resets the generation: lost). Asking for a rejoin instead would loop: a refusal
 that arrives after the member joined the new generation starts one more rebalance,
 in which other members' commits are refused.
+
+The follow-up rejoin waits a heartbeat interval after the round that revoked. A
+rejoin at once (as Kafka's Java consumer does) reaches the coordinator a few
+milliseconds after the leader's SyncGroup, while other members' JoinGroup and
+SyncGroup requests of the round that just completed may still be unanswered.
+Kafka answers all of those at the moment the round completes, so nothing is lost;
+noida (0.2.3) parks them in a loop that looks at the group every 20 ms and answers
+a parked JoinGroup only if it sees the round completing or stable. Rejoined within
+those 20 ms, the group is back in PreparingRebalance: the parked member misses its
+generation, waits the whole rebalance timeout for the next one (its entry for that
+round was cleared by the leader's SyncGroup), gets an empty assignment, and its
+session expires meanwhile: the group reshuffles and members lose partitions. One
+heartbeat interval is when the other members learn of a rebalance anyway, and it
+only delays the moved partitions, which nobody reads until the next round either way.
 
 It is private API, so it is guarded: if the coordinator is not the shape this
 module knows, an App with ``cooperative=True`` refuses to start (a ``ConfigError``)
@@ -111,8 +126,11 @@ def unsupported(coordinator: Any) -> str | None:
     return None
 
 
-def make_cooperative(consumer: Any, owner: Owner) -> None:
+def make_cooperative(consumer: Any, owner: Owner, *, rejoin_after_s: float) -> None:
     """Make a started aiokafka ``consumer`` rebalance cooperatively; before ``subscribe()``.
+
+    ``rejoin_after_s`` (the heartbeat interval) is how long a member that revoked
+    partitions waits before it asks for the round that hands them on.
 
     :raises ConfigError: aiokafka's coordinator is not the one this module knows.
     """
@@ -125,7 +143,7 @@ def make_cooperative(consumer: Any, owner: Owner) -> None:
             f"this aiokafka cannot rebalance cooperatively: {reason}",
             "use cooperative=False, or the aiokafka version fairstream pins",
         )
-    hook = _Cooperative(coordinator, owner)
+    hook = _Cooperative(coordinator, owner, rejoin_after_s)
     coordinator._on_join_prepare = hook.prepare
     coordinator._on_join_complete = hook.complete
     commit, reset = coordinator._do_commit_offsets, coordinator.reset_generation
@@ -150,16 +168,21 @@ def make_cooperative(consumer: Any, owner: Owner) -> None:
 class _Cooperative:
     """The two replaced coordinator methods, for one consumer."""
 
-    def __init__(self, coordinator: Any, owner: Owner) -> None:
+    def __init__(self, coordinator: Any, owner: Owner, rejoin_after_s: float) -> None:
         self._coordinator = coordinator
         self._subscription = coordinator._subscription
         self._owner = owner
         self._member_id: str = ""
+        self._rejoin_after_s = rejoin_after_s
+        self._follow_up: asyncio.TimerHandle | None = None
 
     async def prepare(self, previous_assignment: Any) -> None:
         """Before a join: lose what a reset generation took, commit, read on (no revoke)."""
         coordinator = self._coordinator
         coordinator._group_subscription = None
+        if self._follow_up is not None:
+            self._follow_up.cancel()  # this join is the round it was to ask for
+            self._follow_up = None
         owned = set(self._subscription.assigned_partitions())
         if owned and not coordinator.member_id:
             await self._lose(owned, reason="generation_reset")
@@ -218,7 +241,17 @@ class _Cooperative:
         )
         await _call(listener, "on_partitions_assigned", added)
         if revoked:
-            # The revoked partitions are nobody's now: the next round hands them on.
+            # The revoked partitions are nobody's now: the next round hands them on,
+            # once the other members had their answers of this one (module docstring).
+            self._follow_up = asyncio.get_running_loop().call_later(
+                self._rejoin_after_s, self._rejoin, generation, member_id
+            )
+
+    def _rejoin(self, generation: int, member_id: str) -> None:
+        """Ask for the round that hands on what was revoked, unless one came meanwhile."""
+        self._follow_up = None
+        coordinator = self._coordinator
+        if coordinator.generation == generation and coordinator.member_id == member_id:
             coordinator.request_rejoin()
 
     def _reassign(self, new: set[TopicPartition]) -> None:

@@ -48,7 +48,9 @@ def test_a_consumer_without_the_expected_coordinator_is_refused() -> None:
         _coordinator = None
 
     with pytest.raises(ConfigError, match="cannot rebalance cooperatively") as caught:
-        make_cooperative(NotAiokafka(), make_assignor("sticky", cooperative=True))
+        make_cooperative(
+            NotAiokafka(), make_assignor("sticky", cooperative=True), rejoin_after_s=0.5
+        )
     assert "\n" not in str(caught.value)
 
 
@@ -60,7 +62,7 @@ async def test_the_pinned_aiokafka_has_what_the_hook_relies_on(noida: Broker) ->
     try:
         coordinator = consumer._coordinator
         assert unsupported(coordinator) is None
-        make_cooperative(consumer, make_assignor("sticky", cooperative=True))
+        make_cooperative(consumer, make_assignor("sticky", cooperative=True), rejoin_after_s=0.5)
         assert coordinator._on_join_prepare.__qualname__ == "_Cooperative.prepare"
         assert coordinator._on_join_complete.__qualname__ == "_Cooperative.complete"
     finally:
