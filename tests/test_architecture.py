@@ -108,14 +108,25 @@ def _runtime_imports(name: str) -> set[str]:
 # -> commit). A room talks to its neighbours through the callbacks the engine hands
 # it, never by importing them. The floor below them imports only the record.
 FLOOR = {"_record": set(), "_scheduler": {"_record"}, "_offsets": {"_record"}}
+# ``_jumps`` is the rebalance room's KIP-333 decision: only ``_rebalance`` uses it.
 ROOMS = {
-    "_fetch": {"_workers", "_handling", "_rebalance", "_shadow", "_engine", "_app"},
-    "_workers": {"_fetch", "_rebalance", "_shadow", "_engine", "_app"},
-    "_handling": {"_fetch", "_workers", "_rebalance", "_shadow", "_engine", "_app"},
-    "_shadow": {"_fetch", "_workers", "_handling", "_rebalance", "_engine", "_app"},
+    "_fetch": {"_workers", "_handling", "_rebalance", "_jumps", "_shadow", "_engine", "_app"},
+    "_workers": {"_fetch", "_rebalance", "_jumps", "_shadow", "_engine", "_app"},
+    "_handling": {"_fetch", "_workers", "_rebalance", "_jumps", "_shadow", "_engine", "_app"},
+    "_shadow": {"_fetch", "_workers", "_handling", "_rebalance", "_jumps", "_engine", "_app"},
     "_rebalance": {"_fetch", "_handling", "_commit", "_engine", "_app"},
-    "_commit": {"_fetch", "_workers", "_handling", "_rebalance", "_shadow", "_engine", "_app"},
-    "_engine": {"_app"},
+    "_jumps": {"_fetch", "_workers", "_handling", "_rebalance", "_commit", "_engine", "_app"},
+    "_commit": {
+        "_fetch",
+        "_workers",
+        "_handling",
+        "_rebalance",
+        "_jumps",
+        "_shadow",
+        "_engine",
+        "_app",
+    },
+    "_engine": {"_jumps", "_app"},
 }
 
 

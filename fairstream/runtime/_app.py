@@ -26,7 +26,11 @@ from fairstream.config import (
     from_env,
 )
 from fairstream.errors import ConfigError, FairstreamError, HandlerAborted
-from fairstream.runtime._assignors import check_replan_interval
+from fairstream.runtime._assignor_checks import (
+    Cooperative,
+    check_cooperative,
+    check_replan_interval,
+)
 from fairstream.runtime._clients import aiokafka_clients
 from fairstream.runtime._decode import (
     Decoder,
@@ -91,8 +95,15 @@ class App:
     With ``assignor="lag"``, ``replan_interval=300`` re-reads the group's lag every 300
     seconds and rebalances when a new plan beats the current one (README, "Assignors").
 
+    ``cooperative=True`` (``assignor="sticky"`` or ``"lag"``; KIP-429): members keep
+    handling the partitions they keep while the group rebalances, instead of all
+    stopping at every join; a moving partition is revoked by its owner in one round
+    and assigned in the next; ``"upgrade"`` is the first step of the rolling upgrade
+    (README, "Cooperative rebalancing").
+
     :raises ConfigError: for an unknown, repeated or missing assignor, a bad threshold,
-        a ``replan_interval`` without ``lag`` or not above 0, a missing bootstrap.
+        a ``replan_interval`` without ``lag`` or not above 0, a missing bootstrap,
+        ``cooperative`` with another strategy than ``sticky`` or ``lag``.
     """
 
     def __init__(
@@ -113,6 +124,7 @@ class App:
         clients: ClientsFactory | None = None,
         middlewares: Sequence[Middleware] = (),
         replan_interval: float | None = None,
+        cooperative: Cooperative = False,
     ) -> None:
         env = from_env()
         self.bootstrap = bootstrap or env.get("bootstrap", "")
@@ -125,6 +137,7 @@ class App:
         self.assignor = assignor
         strategy_names(assignor, field="assignor")  # fail here, not at the first join
         self.replan_interval = check_replan_interval(assignor, replan_interval)
+        self.cooperative = check_cooperative(assignor, cooperative)
         self.consumer_config = consumer or ConsumerConfig()
         self.producer_config = producer or ProducerConfig()
         self.scheduler_config = scheduler or SchedulerConfig()

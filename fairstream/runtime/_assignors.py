@@ -7,22 +7,15 @@ keeps its state to itself - unlike aiokafka's sticky assignor, whose class-level
 state every consumer in a process shares (aiokafka issue #1175).
 
 ``assign`` runs synchronously inside the coordinator, so it never touches the
-network (the KAFKA-5337 prototype blocks there). For ``lag``, each member reads
-the group's lags asynchronously just before it joins - aiokafka awaits the
-rebalance listener's ``on_partitions_revoked`` before every join, the first one
-included - and the leader's ``assign`` uses that reading. Members may subscribe to
-different topics (KIP-49's rolling update), so each reads lag for its own
-subscription, every topic the group's members subscribed to at the last
-DescribeGroups, and the topics it saw when it last planned. A topic whose lag is
-still missing is planned by count (zero lag: count balance per topic, previous
-owners kept) and the rest by lag, with a ``lag_snapshot_partial`` warning; the
-leader then asks the group for one follow-up rebalance, at which it has read that
-topic's lag too (once per newly missing topic, so a topic whose lag cannot be read
-never makes the group rebalance in a loop). If the reading is missing or stale, the
-leader plans ``fair`` instead and logs ``lag_snapshot_unusable`` with a ``reason``.
-
-Each member also reports the partitions it owns in its join metadata, so the
-leader can hand the planners a previous assignment whoever led last time.
+network. For ``lag``, each member reads the group's lags just before it joins
+(aiokafka awaits the listener's ``on_partitions_revoked`` before every join): for
+its own subscription, every topic the members reported at the last DescribeGroups
+(KIP-49's rolling update) and the topics it saw when it last planned. A topic whose
+lag is missing is planned by count (``lag_snapshot_partial``), and the leader asks
+for one follow-up rebalance per newly missing topic, never a loop. A missing or
+stale reading makes the leader plan ``fair`` (``lag_snapshot_unusable``, ``reason``).
+Each member reports the partitions it owns in its join metadata, so the leader can
+hand the planners a previous assignment whoever led last time.
 
 A member may offer several strategies, best first (Kafka's
 ``partition.assignment.strategy`` list): the coordinator picks a protocol every
@@ -52,7 +45,9 @@ from aiokafka.coordinator.protocol import (
 from fairstream.assign import STRATEGIES, Assignment, GroupSnapshot, strategy_names
 from fairstream.config import SecurityConfig
 from fairstream.errors import BrokerError, ConfigError
+from fairstream.runtime import _assignor_checks as checks
 from fairstream.runtime._admin import AutoOffsetReset, BrokerAdmin
+from fairstream.runtime._cooperative import hold_back
 from fairstream.runtime._lag_listener import RefreshingListener
 from fairstream.runtime._member_data import encode_owned, reported_owners
 
@@ -61,7 +56,6 @@ __all__ = [
     "PlanRecord",
     "PlanningAssignor",
     "StrategyOffer",
-    "check_replan_interval",
     "make_assignor",
     "protocol_name",
     "shared_protocol",
@@ -76,13 +70,16 @@ _KAFKA_NAMED = frozenset({"range", "roundrobin"})
 (``tests/assign/test_kafka_rules.py``), so a mixed group can agree on them."""
 
 
-def protocol_name(strategy: str) -> str:
+def protocol_name(strategy: str, cooperative: bool = False) -> str:
     """The JoinGroup protocol name of a strategy: Kafka's own, or ``fairstream-<name>``.
 
     ``lag``, ``fair`` and ``sticky`` plan differently from anything another client
-    offers (Kafka's ``sticky`` keeps its own user data), so they keep our prefix.
+    offers (Kafka's ``sticky`` keeps its own user data), so they keep our prefix;
+    cooperative members (KIP-429) never share a protocol with eager ones: ``-coop``.
     """
-    return strategy if strategy in _KAFKA_NAMED else f"fairstream-{strategy}"
+    if cooperative or strategy not in _KAFKA_NAMED:
+        return f"fairstream-{strategy}" + ("-coop" if cooperative else "")
+    return strategy
 
 
 def shared_protocol(protocol: str | None) -> bool:
@@ -139,8 +136,12 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         clock: Callable[[], float] = time.monotonic,
         security: SecurityConfig | None = None,
         replan_interval_s: float | None = None,
+        cooperative: checks.Cooperative = False,
     ) -> None:
         self.strategies = strategy_names(strategy)
+        mode = checks.check_cooperative(self.strategies, cooperative)
+        self.cooperative = mode is True
+        """Whether this member rebalances cooperatively (else it offers ``-coop`` at most)."""
         if "lag" in self.strategies and (not bootstrap or not group_id):
             raise ConfigError(
                 "assignor",
@@ -148,7 +149,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
                 "the lag strategy reads the group's lag from the cluster",
                 "pass bootstrap= and group_id= to make_assignor",
             )
-        self.replan_interval_s = check_replan_interval(strategy, replan_interval_s)
+        self.replan_interval_s = checks.check_replan_interval(strategy, replan_interval_s)
         self.strategy = self.strategies[0]
         self._bootstrap = bootstrap or ""
         self._group_id = group_id or ""
@@ -171,23 +172,26 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         """The protocol the group chose at this member's last assignment."""
         self.protocols: tuple[AbstractPartitionAssignor, ...] = (
             self,
-            *(StrategyOffer(self, s) for s in self.strategies[1:]),
+            *(StrategyOffer(self, s, self.cooperative) for s in self.strategies[1:]),
+            *(StrategyOffer(self, s, True) for s in self.strategies if mode == "upgrade"),
         )
         """What to pass as ``partition_assignment_strategy``, in order of preference."""
 
     @property
     def name(self) -> str:
         """The first strategy's protocol name in JoinGroup (see :func:`protocol_name`)."""
-        return protocol_name(self.strategy)
+        return protocol_name(self.strategy, self.cooperative)
 
     # --- aiokafka's assignor interface (synchronous, no I/O) ---------------------
 
-    def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
+    def metadata(
+        self, topics: Iterable[str], *, owned: bool = True
+    ) -> ConsumerProtocolMemberMetadata:
         """Join metadata: our subscription, and the partitions we own in the user data.
 
         After :meth:`consumer_restarted` the user data also counts the restarts.
         """
-        user_data = encode_owned(self._owned, self._restarts)
+        user_data = encode_owned(self._owned if owned else {}, self._restarts)
         return ConsumerProtocolMemberMetadata(self.version, sorted(topics), user_data)
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
@@ -221,13 +225,14 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self, cluster: ClusterMetadata, members: Mapping[str, ConsumerProtocolMemberMetadata]
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
         """Plan the group (leader only) with the first strategy."""
-        return self.plan_group(self.strategy, cluster, members)
+        return self.plan_group(self.strategy, cluster, members, self.cooperative)
 
     def plan_group(
         self,
         chosen: str,
         cluster: ClusterMetadata,
         members: Mapping[str, ConsumerProtocolMemberMetadata],
+        cooperative: bool = False,
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
         """Plan the group (leader only) with the strategy whose protocol the group chose.
 
@@ -261,7 +266,9 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         )
         previous = reported_owners(members, counts)
         result = STRATEGIES[strategy](snapshot, previous)
-        protocol = protocol_name(chosen)
+        if cooperative:
+            result = hold_back(result, previous)
+        protocol = protocol_name(chosen, cooperative)
         self._planned = True
         self.last_plan = PlanRecord(
             strategy=strategy,
@@ -377,21 +384,6 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             await admin.aclose()
 
 
-def check_replan_interval(strategy: str | Sequence[str], interval_s: float | None) -> float | None:
-    """``interval_s`` if re-planning on drift can use it.
-
-    :raises ConfigError: an interval without the ``lag`` strategy, or not above 0.
-    """
-    if interval_s is not None and ("lag" not in strategy_names(strategy) or not interval_s > 0):
-        raise ConfigError(
-            "replan_interval",
-            interval_s,
-            "re-planning on drift needs the lag strategy and an interval above 0 seconds",
-            "offer 'lag' in assignor and give seconds, e.g. 300",
-        )
-    return interval_s
-
-
 def make_assignor(
     strategy: str | Sequence[str],
     *,
@@ -401,6 +393,7 @@ def make_assignor(
     max_lag_age_s: float = 30.0,
     security: SecurityConfig | None = None,
     replan_interval_s: float | None = None,
+    cooperative: checks.Cooperative = False,
 ) -> PlanningAssignor:
     """An adapter for ``partition_assignment_strategy=assignor.protocols``; one per consumer.
 
@@ -411,9 +404,12 @@ def make_assignor(
     your own ``on_partitions_revoked``) so a fresh reading exists at each join.
     ``replan_interval_s`` turns on re-planning on drift (see
     :func:`fairstream.runtime._drift.watch_drift`, which the App runs).
+    ``cooperative`` plans for KIP-429 members (:mod:`fairstream.runtime._cooperative`);
+    ``"upgrade"`` offers the ``-coop`` protocols after the eager ones, rebalancing eagerly.
 
     :raises ConfigError: an unknown, repeated or missing strategy name, ``lag``
-        without bootstrap/group_id, or ``replan_interval_s`` without ``lag`` or not above 0.
+        without bootstrap/group_id, ``replan_interval_s`` without ``lag`` or not above
+        0, or ``cooperative`` with a strategy other than ``sticky`` and ``lag``.
     """
     return PlanningAssignor(
         strategy,
@@ -423,6 +419,7 @@ def make_assignor(
         max_lag_age_s=max_lag_age_s,
         security=security,
         replan_interval_s=replan_interval_s,
+        cooperative=cooperative,
     )
 
 
@@ -436,16 +433,19 @@ class StrategyOffer(AbstractPartitionAssignor):  # type: ignore[misc]
 
     version = 0
 
-    def __init__(self, planner: PlanningAssignor, strategy: str) -> None:
+    def __init__(self, planner: PlanningAssignor, strategy: str, cooperative: bool) -> None:
         self._planner = planner
         self.strategy = strategy
+        self.cooperative = cooperative
 
     @property
     def name(self) -> str:
-        return protocol_name(self.strategy)
+        return protocol_name(self.strategy, self.cooperative)
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
-        return self._planner.metadata(topics)
+        # An eager member offering -coop owns nothing when it joins: it revoked all.
+        owned = self._planner.cooperative or not self.cooperative
+        return self._planner.metadata(topics, owned=owned)
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
         self._planner.assigned(self.name, assignment)
@@ -453,4 +453,4 @@ class StrategyOffer(AbstractPartitionAssignor):  # type: ignore[misc]
     def assign(
         self, cluster: ClusterMetadata, members: Mapping[str, ConsumerProtocolMemberMetadata]
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
-        return self._planner.plan_group(self.strategy, cluster, members)
+        return self._planner.plan_group(self.strategy, cluster, members, self.cooperative)

@@ -26,6 +26,7 @@ from fairstream.config import ConsumerConfig, ProducerConfig, SecurityConfig
 from fairstream.errors import BrokerError, ConfigError, describe
 from fairstream.runtime._admin import BrokerAdmin, may_pass, stop_quietly
 from fairstream.runtime._assignors import PlanningAssignor, make_assignor
+from fairstream.runtime._cooperative import make_cooperative
 from fairstream.runtime._dead_letter import dead_letter_copies
 from fairstream.runtime._direct_records import build_records_directly
 from fairstream.runtime._drift import watch_drift
@@ -79,6 +80,7 @@ class AIOKafkaClients:
         self._producer = self._new_producer(idempotent=True)
         self._admin = admin
         self._subscription: tuple[list[str], ConsumerRebalanceListener] | None = None
+        self._rejoin_after_s = consumer_config.heartbeat_interval_ms / 1000
 
     def _group_consumer(self) -> AIOKafkaConsumer:
         config = self._config
@@ -185,6 +187,8 @@ class AIOKafkaClients:
         await self._start(self._consumer, "consumer")
         build_records_directly(self._consumer)
         offer_all_at_once(self._consumer)
+        if self._assignor.cooperative:
+            make_cooperative(self._consumer, self._assignor, rejoin_after_s=self._rejoin_after_s)
         existing = await self._consumer.topics()
         missing = sorted(set(topics) - existing)
         if missing:
@@ -212,6 +216,8 @@ class AIOKafkaClients:
             await self._start(fresh, "consumer")
             build_records_directly(fresh)
             offer_all_at_once(fresh)
+            if self._assignor.cooperative:
+                make_cooperative(fresh, self._assignor, rejoin_after_s=self._rejoin_after_s)
         except BrokerError:
             with anyio.CancelScope(shield=True):
                 await stop_quietly(fresh.stop)
@@ -432,6 +438,7 @@ def aiokafka_clients(app: AppSettings, subscribers: Sequence[Subscriber]) -> AIO
             auto_offset_reset=app.consumer_config.auto_offset_reset,
             security=app.security,
             replan_interval_s=app.replan_interval,
+            cooperative=app.cooperative,
         ),
         instance_id=app.instance_id,
         dead_letter_topics=dead_letter_topics,

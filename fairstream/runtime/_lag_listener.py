@@ -49,6 +49,12 @@ class RefreshingListener(ConsumerRebalanceListener):  # type: ignore[misc]
             await _maybe_await(self._inner.on_partitions_revoked(revoked))
         await self._assignor.refresh_lag(self._consumer.subscription())
 
+    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        """KIP-429: another member may own ``lost`` now; the inner listener drops them."""
+        if self._inner is not None:
+            drop = getattr(self._inner, "on_partitions_lost", self._inner.on_partitions_revoked)
+            await _maybe_await(drop(lost))
+
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         if self._inner is not None:
             await _maybe_await(self._inner.on_partitions_assigned(assigned))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from aiokafka import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
@@ -44,6 +44,7 @@ class AppSettings(Protocol):
     security: SecurityConfig
     instance_id: str | None
     replan_interval: float | None
+    cooperative: bool | Literal["upgrade"]
 
 
 class ConsumerPort(Protocol):

@@ -2,8 +2,9 @@
 
 aiokafka awaits the rebalance listener before it rejoins, so revocation can finish
 in-flight work, commit, and only then let the partitions go; assignment reads the
-group's commits and decides whether to jump (KIP-333, :func:`plan_catch_up`) before
-any record is fetched, then hands the backlog to the shadows (``_shadow``).
+group's commits and, before any record is fetched, decides where each partition
+starts: whether to jump (KIP-333, ``_jumps``), handing the backlog to the shadows
+(``_shadow``).
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from aiokafka.structs import OffsetAndMetadata
 from fairstream.config import OffsetReset
 from fairstream.errors import FairstreamError, describe
 from fairstream.ranges import decode_shadow
-from fairstream.runtime._assignors import shared_protocol
+from fairstream.runtime._jumps import Jumps
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._ports import KafkaClients, ShadowClients
 from fairstream.runtime._record import TP, Record
 from fairstream.runtime._retry import retry_broker
 from fairstream.runtime._scheduler import FairScheduler
-from fairstream.runtime._shadow import CatchUp, ShadowTasks, plan_catch_up
+from fairstream.runtime._shadow import CatchUp, ShadowTasks
 from fairstream.runtime._stats import StatsRecorder
 from fairstream.runtime._subscriber import Subscriber
 from fairstream.runtime._workers import InFlight
@@ -75,13 +76,21 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         self._offsets = offsets
         self._stats = stats
         self._shadows = shadows
-        self._ack = ack
-        self._reset: OffsetReset = reset
         self._revoke_timeout = revoke_timeout
         self._commit = commit
         self._running_on = running_on
         self._assigned = assigned
         self._fail = fail
+        self._jumps = Jumps(
+            clients=clients,
+            subscribers=subscribers,
+            offsets=offsets,
+            stats=stats,
+            shadows=shadows,
+            auto_ack=ack == "auto",
+            reset=reset,
+            commit=commit,
+        )
         self._unsaved: dict[TP, tuple[tuple[int, str], tuple[int | None, str]]] = {}
         """Progress of revoked partitions whose revoke commit the broker refused."""
         self.joined = anyio.Event()
@@ -89,7 +98,15 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
     # --- aiokafka's listener ----------------------------------------------------------
 
     async def on_partitions_revoked(self, revoked: Sequence[TopicPartition]) -> None:
+        if not revoked:
+            # Nothing given up: a cooperative member about to join (KIP-429) keeps
+            # reading, and commits what it handled so far, as Kafka's members do.
+            await self._commit(set(self._offsets.partitions))
+            return
         await self.revoke({(tp.topic, tp.partition) for tp in revoked})
+
+    async def on_partitions_lost(self, lost: Sequence[TopicPartition]) -> None:
+        await self.lose({(tp.topic, tp.partition) for tp in lost})
 
     async def on_partitions_assigned(self, assigned: Sequence[TopicPartition]) -> None:
         await self.assign({(tp.topic, tp.partition) for tp in assigned})
@@ -132,14 +149,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
             else:
                 self._offsets.assign(tp, committed=plan.committed, metadata=plan.metadata)
         if clients is not None and plans:
-            await self._catch_up(clients, plans)
-            for tp, log_start in sorted(deleted.items()):
-                if plans[tp].jump is None:
-                    # Not left to aiokafka's reset: under "latest" it would skip to the end.
-                    clients.seek(tp, log_start)
-                    self._offsets.advance(tp, log_start)
-            if self._reset == "latest":
-                await self._start_unseen(clients, plans)
+            await self._jumps.start(clients, plans, deleted)
             self._clients.consumer.resume(*partitions)
         self._assigned()
         self._stats.rebalances += 1
@@ -152,10 +162,9 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         tps: set[TP],
         unsaved: dict[TP, tuple[tuple[int, str], tuple[int | None, str]]],
     ) -> tuple[dict[TP, CatchUp], dict[TP, int]]:
-        """The catch-up plans and the retention gaps (:meth:`_deleted_unread`) of ``tps``."""
+        """The catch-up plans and the retention gaps of ``tps`` (:meth:`Jumps.plan`)."""
         committed = await self._restore(await clients.committed_offsets(tps), unsaved)
-        plans = await self._plan_catch_ups(clients, tps, committed)
-        return plans, await self._deleted_unread(clients, plans)
+        return await self._jumps.plan(clients, tps, committed)
 
     async def _restore(
         self,
@@ -200,161 +209,6 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
             )
         return {**committed, **back}
 
-    async def _plan_catch_ups(
-        self,
-        clients: ShadowClients,
-        tps: set[TP],
-        committed: dict[TP, tuple[int, str] | None],
-    ) -> dict[TP, CatchUp]:
-        subscriber = {tp: self._subscribers[self._lane_of_topic[tp[0]]] for tp in tps}
-        settings = {tp: subscriber[tp].parallel_rebalance for tp in tps}
-        eligible = {tp for tp in tps if settings[tp] is not None and self._ack == "auto"}
-        bounds = await clients.offset_bounds(eligible) if eligible else {}
-        return {
-            tp: plan_catch_up(
-                committed[tp],
-                bounds.get(tp),
-                threshold=setting.threshold if (setting := settings[tp]) is not None else 0,
-                reset=self._reset,
-            )
-            for tp in tps
-        }
-
-    async def _deleted_unread(
-        self, clients: ShadowClients, plans: dict[TP, CatchUp]
-    ) -> dict[TP, int]:
-        """The partitions whose committed offset retention deleted, with their log start.
-
-        The records between the two were deleted before the group read them: they
-        cannot be handled any more, and a consumer would pass over them in silence
-        (aiokafka resets an out-of-range position without a word). Each such gap is
-        one ``records_skipped_by_retention`` warning and counts in the stats; the
-        partition is then read from its log start.
-        """
-        committed = {tp: plan.committed for tp, plan in plans.items() if plan.committed is not None}
-        if not committed:
-            return {}
-        starts = await clients.log_start_offsets(committed.keys())
-        deleted = {tp: starts[tp] for tp, offset in committed.items() if offset < starts.get(tp, 0)}
-        for tp, log_start in sorted(deleted.items()):
-            offset = committed[tp]
-            self._stats.records_skipped_by_retention += log_start - offset
-            log.warning(
-                "records_skipped_by_retention",
-                topic=tp[0],
-                partition=tp[1],
-                skipped=[offset, log_start],
-                records=log_start - offset,
-                reason="retention deleted them before the group read them; reading on "
-                "from the log start",
-            )
-        return deleted
-
-    async def _start_unseen(self, clients: ShadowClients, plans: dict[TP, CatchUp]) -> None:
-        """Where ``auto_offset_reset="latest"`` would skip records that matter.
-
-        A never-committed partition of a topic whose other partitions the group has
-        committed was added after the group started reading the topic: what was
-        written to it before this member noticed is unread, so it starts at its
-        earliest offset (KAFKA-12478). Any other never-committed partition starts at
-        its end, as configured, and that end is committed, so that a partition
-        added later is told apart even on a topic that has had no traffic.
-        """
-        fresh = {tp for tp, plan in plans.items() if plan.committed is None}
-        if not fresh:
-            return
-        try:
-            counts = await self._clients.partition_counts({topic for topic, _ in fresh})
-            siblings = {
-                (topic, partition) for topic in counts for partition in range(counts[topic])
-            } - fresh
-            seen = await clients.committed_offsets(siblings) if siblings else {}
-            bounds = await clients.offset_bounds(fresh)
-        except FairstreamError as exc:
-            log.warning("start_offsets_unread", reason=str(exc), partitions=sorted(fresh))
-            return  # aiokafka's reset applies, as before
-        known = {topic for (topic, _), commit in seen.items() if commit is not None}
-        for tp in sorted(fresh & bounds.keys()):
-            log_start, end = bounds[tp]
-            if tp[0] in known:
-                clients.seek(tp, log_start)
-                log.info("partition_added", topic=tp[0], partition=tp[1], starts_at=log_start)
-            else:
-                clients.seek(tp, end)
-                self._offsets.advance(tp, end)
-
-    async def _catch_up(self, clients: ShadowClients, plans: dict[TP, CatchUp]) -> None:
-        """Jump where planned, the group holds only fairstream apps and the broker
-        keeps metadata; start the shadows."""
-        if shared_protocol(self._clients.protocol):
-            for tp, plan in plans.items():
-                if plan.jump is not None:
-                    plans[tp] = plan.refuse("shared_protocol")
-        jumps = {tp: plan for tp, plan in plans.items() if plan.jump is not None}
-        kept = await self._metadata_kept(clients, jumps) if jumps else set()
-        for tp, plan in sorted(jumps.items()):
-            if tp not in kept:
-                plans[tp] = plan.refuse("broker_dropped_metadata")
-        for tp, plan in sorted(plans.items()):
-            where = {"topic": tp[0], "partition": tp[1]}
-            if plan.refused is not None:
-                log.warning(
-                    "parallel_rebalance_refused", **where, reason=plan.refused, lag=plan.lag
-                )
-            if plan.jump is not None:
-                self._offsets.jump(tp, plan.jump, plan.shadow, plan.jump_metadata)
-                clients.seek(tp, plan.jump)
-                log.info(
-                    "parallel_rebalance_started",
-                    **where,
-                    committed=plan.start,
-                    jump=plan.jump,
-                    lag=plan.lag,
-                    shadow=[[r.start, r.end] for r in plan.shadow],
-                )
-        if kept:
-            # Commit the jump now: a crash right after must find [C, J) recorded.
-            await self._commit(set(kept))
-        if self._ack != "auto" or self._shadows is None:
-            return
-        for tp, plan in sorted(plans.items()):
-            if plan.shadow:
-                lane = self._lane_of_topic[tp[0]]
-                subscriber = self._subscribers[lane]
-                self._shadows.start(
-                    tp, lane, subscriber.max_batch, plan.shadow, subscriber.parallel_rebalance
-                )
-
-    async def _metadata_kept(self, clients: ShadowClients, jumps: dict[TP, CatchUp]) -> set[TP]:
-        """Commit (C, metadata) for each planned jump and read it back.
-
-        The committed offset does not move, so this is safe whatever the broker
-        does; the partitions whose metadata came back intact may jump.
-        """
-        request = {
-            TopicPartition(*tp): OffsetAndMetadata(plan.start, plan.jump_metadata)
-            for tp, plan in jumps.items()
-        }
-        try:
-            await self._clients.consumer.commit(request)
-            found = await clients.committed_offsets(jumps)
-        except (KafkaError, FairstreamError) as exc:
-            for tp, plan in sorted(jumps.items()):
-                log.warning(
-                    "parallel_rebalance_refused",
-                    topic=tp[0],
-                    partition=tp[1],
-                    reason="commit_failed",
-                    lag=plan.lag,
-                    error=describe(exc),
-                )
-            return set()
-        return {
-            tp
-            for tp, plan in jumps.items()
-            if (got := found.get(tp)) is not None and got == (plan.start, plan.jump_metadata)
-        }
-
     # --- partitions out -------------------------------------------------------------
 
     async def revoke(self, tps: set[TP]) -> None:
@@ -392,6 +246,22 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         self._offsets.forget(tps)
         self._stats.forget(tps)
         log.info("partitions_revoked", group_id=self.group_id, partitions=sorted(tps))
+
+    async def lose(self, tps: set[TP]) -> None:
+        """Drop ``tps`` at once, committing nothing: this member missed a generation.
+
+        KIP-429's lost partitions: another member may read them already, so what is
+        in flight is cancelled and nothing of them is committed over its commits.
+        """
+        if self._shadows is not None:
+            await self._shadows.stop(tps)
+        self._scheduler.revoke(tps)
+        for running in self._running_on(tps):
+            running.scope.cancel()
+            await running.done.wait()
+        self._offsets.forget(tps)
+        self._stats.forget(tps)
+        log.warning("partitions_lost", group_id=self.group_id, partitions=sorted(tps))
 
     async def revoke_all(self) -> None:
         await self.revoke(set(self._offsets.partitions))

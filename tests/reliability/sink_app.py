@@ -12,6 +12,7 @@ it and start it again:
 - ``SINK_ASSIGNOR``, ``SINK_THRESHOLD``, ``SINK_SASL_PASSWORD``: for the bad
   configuration and secrets scenarios;
 - ``SINK_PARALLEL_REBALANCE=1``: KIP-333 parallel rebalance (the soak's variant);
+- ``SINK_COOPERATIVE=1``: cooperative rebalancing (KIP-429; with ``SINK_ASSIGNOR=sticky``);
 - ``SINK_MANUAL_FLUSH=N``: ``ack="manual"``; the handler buffers each partition's
   records and writes them to the sink ``N`` at a time, then acknowledges the last
   one written: the reason users choose manual acks, and what a commit must not pass.
@@ -50,6 +51,7 @@ def build() -> App:
         group_id=env.get("SINK_GROUP_ID", "sink"),
         ack="manual" if flush else "auto",
         assignor=env.get("SINK_ASSIGNOR", "fair"),
+        cooperative=env.get("SINK_COOPERATIVE") == "1",
         parallel_rebalance=ParallelRebalance(threshold=int(env.get("SINK_THRESHOLD", "10000")))
         if env.get("SINK_PARALLEL_REBALANCE") == "1"
         else False,
