@@ -20,11 +20,11 @@ from typing import Any
 import anyio
 import pytest
 import structlog
-from aiokafka import AIOKafkaProducer
 
 from fairstream import App, ConsumerConfig, Record, SchedulerConfig
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic
+from tests.runtime.live_traffic import produce_steadily, run_until, wait_until
 
 pytestmark = pytest.mark.broker
 
@@ -72,23 +72,6 @@ class Traffic:
         return max(b - a for a, b in itertools.pairwise(inside))
 
 
-async def _produce(bootstrap: str, topic: str, traffic: Traffic, stop: anyio.Event) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
-    await producer.start()
-    try:
-        seq = 0
-        while not stop.is_set():
-            for partition in range(PARTITIONS):
-                value = f"{partition}-{seq}"
-                await producer.send(topic, value.encode(), partition=partition)
-                traffic.written.add(value)
-            seq += 1
-            await anyio.sleep(EVERY_S)
-        await producer.flush()
-    finally:
-        await producer.stop()
-
-
 def _member(
     broker: Broker,
     group_id: str,
@@ -121,17 +104,6 @@ def _member(
                 await anyio.sleep(SLOW_S)
 
     return app
-
-
-async def _run(app: App, stop: anyio.Event) -> None:
-    async with app:
-        await stop.wait()
-
-
-async def _until(check: Any, within_s: float) -> None:
-    with anyio.fail_after(within_s):
-        while not check():  # noqa: ASYNC110 - a condition over the handled records
-            await anyio.sleep(0.05)
 
 
 @contextmanager
@@ -178,21 +150,21 @@ async def _scenario(broker: Broker, group_id: str, cooperative: bool, leave: boo
 
     async def settle(members: set[str]) -> float:
         """When the group was last seen settled on ``members``, a second ago."""
-        await _until(lambda: settled_on(members), 60)
+        await wait_until(lambda: settled_on(members), 60)
         await anyio.sleep(1.0)
         return time.monotonic() - 1.0
 
     with _rebalance_log() as logs:
         scenario = Scenario(traffic, logs)
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(_produce, broker.bootstrap, topic, traffic, stop_producing)
+            tasks.start_soon(_traffic, broker.bootstrap, topic, traffic, stop_producing)
             for name in sorted(names):
                 app = _member(broker, group_id, topic, name, traffic, cooperative)
-                tasks.start_soon(_run, app, stop_first)
+                tasks.start_soon(run_until, app, stop_first)
             await settle(names)
             scenario.joined_at = traffic.slow_from = time.monotonic()
             fourth = _member(broker, group_id, topic, "m3", traffic, cooperative, static=not leave)
-            tasks.start_soon(_run, fourth, stop_fourth)
+            tasks.start_soon(run_until, fourth, stop_fourth)
             scenario.join_settled_at = await settle({*names, "m3"})
             if leave:
                 scenario.leave_logs_from = len(logs)
@@ -200,7 +172,7 @@ async def _scenario(broker: Broker, group_id: str, cooperative: bool, leave: boo
                 stop_fourth.set()
                 scenario.leave_settled_at = await settle(names)
             stop_producing.set()
-            await _until(lambda: traffic.written <= traffic.handled.keys(), 30)
+            await wait_until(lambda: traffic.written <= traffic.handled.keys(), 30)
             stop_fourth.set()
             stop_first.set()
     return scenario
@@ -288,3 +260,9 @@ async def test_eager_members_stop_everything(noida: Broker, group_id: str) -> No
         traffic.longest_gap(p, run.joined_at, run.join_settled_at) for p in range(1, PARTITIONS)
     ]
     assert min(gaps) > GAP_BOUND_S, gaps
+
+
+async def _traffic(bootstrap: str, topic: str, traffic: Traffic, stop: anyio.Event) -> None:
+    await produce_steadily(
+        bootstrap, topic, partitions=PARTITIONS, every_s=EVERY_S, written=traffic.written, stop=stop
+    )

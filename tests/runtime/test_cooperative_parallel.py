@@ -27,6 +27,7 @@ from structlog.testing import capture_logs
 from fairstream import App, ConsumerConfig, ParallelRebalance, Record, SchedulerConfig
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic
+from tests.runtime.live_traffic import run_until, wait_until
 
 pytestmark = pytest.mark.broker
 
@@ -127,17 +128,6 @@ async def _trickle(bootstrap: str, topic: str, written: set[str], stop: anyio.Ev
         await producer.stop()
 
 
-async def _run(app: App, stop: anyio.Event) -> None:
-    async with app:
-        await stop.wait()
-
-
-async def _until(check: Any, within_s: float) -> None:
-    with anyio.fail_after(within_s):
-        while not check():  # noqa: ASYNC110 - a condition over the handled records
-            await anyio.sleep(0.05)
-
-
 def _partitions(logs: Sequence[Mapping[str, Any]], event: str, key: str = "partitions") -> set[int]:
     return {p for e in logs if e["event"] == event for _, p in e[key]}
 
@@ -158,9 +148,11 @@ async def test_moved_partitions_jump_and_kept_shadows_run_on(noida: Broker, grou
     with capture_logs() as logs:
         async with anyio.create_task_group() as tasks:
             for name in ("m0", "m1"):
-                tasks.start_soon(_run, _member(noida, group_id, topic, name, handled), stop)
+                tasks.start_soon(run_until, _member(noida, group_id, topic, name, handled), stop)
             # Both replay (the group formed, each partition jumped), then it settles.
-            await _until(lambda: all(handled.count(m, replay=True) >= 50 for m in ("m0", "m1")), 60)
+            await wait_until(
+                lambda: all(handled.count(m, replay=True) >= 50 for m in ("m0", "m1")), 60
+            )
             await anyio.sleep(1.0)
             burst = _records("l", BACKLOG, BURST)
             await _produce(noida.bootstrap, topic, burst)
@@ -168,13 +160,13 @@ async def test_moved_partitions_jump_and_kept_shadows_run_on(noida: Broker, grou
             trickling = anyio.Event()
             tasks.start_soon(_trickle, noida.bootstrap, topic, written, trickling)
             joined_at, join_logs = time.monotonic(), len(logs)
-            tasks.start_soon(_run, _member(noida, group_id, topic, "m2", handled), stop)
+            tasks.start_soon(run_until, _member(noida, group_id, topic, "m2", handled), stop)
             # The join is over once the third member handles a record: its shadow's.
-            await _until(lambda: handled.count("m2", replay=True) > 0, 60)
+            await wait_until(lambda: handled.count("m2", replay=True) > 0, 60)
             served_at = time.monotonic()
-            await _until(lambda: handled.count("m2", replay=False) > 0, 30)
+            await wait_until(lambda: handled.count("m2", replay=False) > 0, 30)
             trickling.set()
-            await _until(lambda: written <= handled.values.keys(), 120)
+            await wait_until(lambda: written <= handled.values.keys(), 120)
             stop.set()
 
     before, after = logs[:join_logs], logs[join_logs:]

@@ -13,15 +13,15 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import anyio
 import pytest
-from aiokafka import AIOKafkaProducer
 
 from fairstream import App, ConsumerConfig, Record, SchedulerConfig
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic
+from tests.runtime.live_traffic import produce_steadily, wait_until
 
 pytestmark = pytest.mark.broker
 
@@ -43,23 +43,6 @@ class Traffic:
     def recent(self, member: str, within_s: float = 1.0) -> bool:
         stamps = self.times[member]
         return bool(stamps) and stamps[-1] > time.monotonic() - within_s
-
-
-async def _produce(bootstrap: str, topic: str, traffic: Traffic, stop: anyio.Event) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
-    await producer.start()
-    try:
-        seq = 0
-        while not stop.is_set():
-            for partition in range(PARTITIONS):
-                value = f"{partition}-{seq}"
-                await producer.send(topic, value.encode(), partition=partition)
-                traffic.written.add(value)
-            seq += 1
-            await anyio.sleep(EVERY_S)
-        await producer.flush()
-    finally:
-        await producer.stop()
 
 
 @dataclass
@@ -98,15 +81,6 @@ async def _run(member: Member) -> None:
         member.done.set()
 
 
-async def _until(check: Any, within_s: float, why: Any = None) -> None:
-    try:
-        with anyio.fail_after(within_s):
-            while not check():  # noqa: ASYNC110 - a condition over the apps' state
-                await anyio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(why() if why is not None else "timed out") from None
-
-
 async def test_two_step_rolling_upgrade_switches_to_cooperative_losing_nothing(
     noida: Broker, group_id: str
 ) -> None:
@@ -129,7 +103,7 @@ async def test_two_step_rolling_upgrade_switches_to_cooperative_losing_nothing(
 
         async def settle(step: str, protocol: str) -> None:
             """Both members run ``protocol`` and handle records (within the last second)."""
-            await _until(
+            await wait_until(
                 lambda: (
                     set(protocols().values()) == {protocol}
                     and all(traffic.recent(name) for name in members)
@@ -147,7 +121,7 @@ async def test_two_step_rolling_upgrade_switches_to_cooperative_losing_nothing(
             start(name, mode)
             await settle(f"{name} -> {mode}", protocol)
 
-        tasks.start_soon(_produce, noida.bootstrap, topic, traffic, stop_producing)
+        tasks.start_soon(_traffic, noida.bootstrap, topic, traffic, stop_producing)
         start("m0", False)
         start("m1", False)
         await settle("eager", EAGER)
@@ -159,7 +133,7 @@ async def test_two_step_rolling_upgrade_switches_to_cooperative_losing_nothing(
         await roll("m0", True, COOP)
         await roll("m1", True, COOP)
         stop_producing.set()
-        await _until(
+        await wait_until(
             lambda: traffic.written <= traffic.handled.keys(),
             30,
             lambda: (len(traffic.written - traffic.handled.keys()), history),
@@ -168,3 +142,9 @@ async def test_two_step_rolling_upgrade_switches_to_cooperative_losing_nothing(
             member.stop.set()
 
     assert traffic.written <= traffic.handled.keys(), history
+
+
+async def _traffic(bootstrap: str, topic: str, traffic: Traffic, stop: anyio.Event) -> None:
+    await produce_steadily(
+        bootstrap, topic, partitions=PARTITIONS, every_s=EVERY_S, written=traffic.written, stop=stop
+    )
