@@ -22,12 +22,12 @@ from fairstream.testing import EmbeddedBroker
 
 
 @contextlib.contextmanager
-def cluster(bootstrap: str | None) -> Iterator[str]:
-    """The given cluster, or an embedded noida broker for the length of the block."""
+def cluster(bootstrap: str | None, engine: str = "noida") -> Iterator[str]:
+    """The given cluster, or an embedded broker (noida unless ``engine`` says) for the block."""
     if bootstrap:
         yield bootstrap
         return
-    with EmbeddedBroker("noida") as broker:
+    with EmbeddedBroker(engine) as broker:
         yield broker.bootstrap
 
 

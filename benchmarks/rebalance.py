@@ -56,18 +56,17 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import anyio
 import structlog
-from _common import create_topic
+from _common import cluster, create_topic
 from confluent_kafka import KafkaError, Message, Producer
 
 from fairstream import App, ConsumerConfig, Record
-from fairstream.testing import EmbeddedBroker
 
 ASSIGNED = frozenset({"partitions_assigned", "cooperative_assignment"})
 WATCHED = ASSIGNED | {"partitions_revoked", "partitions_lost"}
@@ -375,16 +374,6 @@ def print_table(runs: list[Run]) -> None:
         )
 
 
-@contextlib.contextmanager
-def broker(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
-    """(bootstrap, engine): the given cluster, or an embedded broker for the block."""
-    if args.bootstrap:
-        yield args.bootstrap, "external"
-        return
-    with EmbeddedBroker(args.engine) as embedded:
-        yield embedded.bootstrap, args.engine
-
-
 def commit() -> str:
     try:
         out = subprocess.run(
@@ -397,7 +386,8 @@ def commit() -> str:
 
 async def bench(args: argparse.Namespace) -> None:
     runs = []
-    with broker(args) as (bootstrap, engine):
+    engine = "external" if args.bootstrap else args.engine
+    with cluster(args.bootstrap, args.engine) as bootstrap:
         print(f"{engine} broker at {bootstrap}, commit {commit()}", flush=True)
         for repeat, mode in itertools.product(range(1, args.repeat + 1), args.modes):
             run = await scenario(args, bootstrap, engine, mode == MODES[True])
