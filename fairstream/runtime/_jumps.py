@@ -22,9 +22,9 @@ from aiokafka.structs import OffsetAndMetadata
 
 from fairstream.config import OffsetReset
 from fairstream.errors import FairstreamError, describe
-from fairstream.runtime._assignors import shared_protocol
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._ports import KafkaClients, ShadowClients
+from fairstream.runtime._protocols import shared_protocol
 from fairstream.runtime._record import TP
 from fairstream.runtime._shadow import CatchUp, ShadowTasks, plan_catch_up
 from fairstream.runtime._stats import StatsRecorder
