@@ -212,9 +212,15 @@ async def test_migrate_group_hands_the_group_over_without_losing_a_record(
 
 @pytest.mark.broker
 async def test_cooperative_members_keep_their_partitions_when_a_third_joins(
-    noida: Broker, group_id: str
+    own_noida: Broker, group_id: str
 ) -> None:
-    """examples/cooperative.py as its docstring runs it: a, b, then c joins."""
+    """examples/cooperative.py as its docstring runs it: a, b, then c joins.
+
+    On a noida of its own: the three static members stay in the group after
+    SIGTERM (noida never evicts them), so the suite's shared noida is not left
+    with them.
+    """
+    noida = own_noida
     topic = f"orders-{uuid.uuid4().hex[:10]}"
     await create_topic(noida.bootstrap, topic, 8)
     logs: dict[str, list[Event]] = {"a": [], "b": [], "c": []}
