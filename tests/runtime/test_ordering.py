@@ -115,6 +115,35 @@ async def test_partitions_run_side_by_side_by_default_each_in_order(
     assert most_at_once > 1, "the partitions of one member waited on each other"
 
 
+async def test_a_slow_partition_does_not_hold_the_partitions_fetched_with_it(
+    backend: Backend, group_id: str
+) -> None:
+    """One pull brings records of several partitions and wakes one worker. Each
+    worker that took a dispatch used to wake the next only after running it, so
+    while the first handler ran (here: until the others are done) the other
+    partitions' records sat queued beside 63 idle workers."""
+    topic = await backend.create_topic(4)
+    await backend.produce(topic, [(p, b"x") for p in range(4)])
+    app = backend.app(group_id=group_id, scheduler=QUICK)
+    first: list[int] = []
+    others_done = anyio.Event()
+    handled: set[int] = set()
+
+    @app.subscriber(topic)
+    async def handle(record: Record[bytes]) -> None:
+        if not first:
+            first.append(record.partition)
+            await others_done.wait()
+        handled.add(record.partition)
+        if len(handled) == 3 and first[0] not in handled:
+            others_done.set()
+
+    async with app:
+        with anyio.fail_after(20):
+            await others_done.wait()
+    assert handled == set(range(4))
+
+
 @pytest.mark.parametrize("ordering", ["key", "none"])
 async def test_concurrency_bounds_records_in_flight(
     backend: Backend, group_id: str, ordering: str
