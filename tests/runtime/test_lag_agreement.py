@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.structs import OffsetAndMetadata
 
-from fairstream import App, ConsumerConfig, Record
+from fairstream import App, ConsumerConfig, Record, SchedulerConfig
 from fairstream.cli import main
 from fairstream.runtime._clients import AIOKafkaClients
 from tests.conftest import Broker
@@ -60,6 +60,10 @@ async def test_cli_stats_and_assignor_agree_after_records_are_deleted(
         assignor="lag",
         instance_id=noida.instance_id("agree-0"),
         consumer=ConsumerConfig(auto_offset_reset="latest"),
+        # The member reads partition 0 on from its log start and would commit that
+        # within a commit interval, after which nothing deleted is unread any more:
+        # the CLI must look before (it did not always, on a busy machine).
+        scheduler=SchedulerConfig(commit_interval=120),
     )
     release = anyio.Event()
 
