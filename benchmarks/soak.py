@@ -26,10 +26,15 @@ same functions the quick suite asserts on, only larger:
   record left is handled and the deleted unread ones are counted in ``app.stats()``;
 - combined (only with ``--only combined``): a storm of ``--storm-events`` joins and
   leaves over ``--storm-seconds``, a kill -9 of a ``fairstream run`` member and a
-  restart of a dedicated noida broker in one run, with ``parallel_rebalance=True``.
+  restart of a dedicated noida broker in one run, with ``parallel_rebalance=True``;
+- storm variants (only with ``--only``): ``storm-pr`` with parallel rebalance,
+  ``storm-coop`` and ``storm-pr-coop`` with cooperative rebalancing (KIP-429,
+  ``assignor="sticky"``), ``storm-sticky`` and ``storm-pr-sticky`` their eager twins
+  under the same assignor, so that a pair differs by the protocol alone.
 
     python benchmarks/soak.py                         # everything, 200k records
     python benchmarks/soak.py --records 20000 --only storm kill --engines noida
+    python benchmarks/soak.py --only storm-pr-sticky storm-pr-coop --engines noida
 """
 
 from __future__ import annotations
@@ -63,6 +68,27 @@ from tests.reliability.scenarios import (
     rebalance_storm,
 )
 
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StormVariant:
+    """How every member of a storm consumes (:func:`rebalance_storm`'s arguments)."""
+
+    parallel_rebalance: bool = False
+    assignor: str = "fair"
+    cooperative: bool = False
+
+
+STORM_VARIANTS = {
+    "storm": StormVariant(),
+    "storm-pr": StormVariant(parallel_rebalance=True),
+    "storm-sticky": StormVariant(assignor="sticky"),
+    "storm-pr-sticky": StormVariant(parallel_rebalance=True, assignor="sticky"),
+    "storm-coop": StormVariant(assignor="sticky", cooperative=True),
+    "storm-pr-coop": StormVariant(parallel_rebalance=True, assignor="sticky", cooperative=True),
+}
+"""The storm's rows: parallel rebalance or not, eager or cooperative (KIP-429). The
+cooperative rows use ``sticky`` (cooperative refuses the default ``fair``), so the
+``*-sticky`` rows are their eager twins: the pair differs by the protocol only."""
 SCENARIOS = (
     "kill",
     "storm",
@@ -75,10 +101,11 @@ SCENARIOS = (
     "retention",
     "combined",
     "kill-pr",
-    "storm-pr",
+    *(name for name in STORM_VARIANTS if name != "storm"),
 )
-OPT_IN = ("combined", "kill-pr", "storm-pr")
-"""Run only when named with --only: the parallel-rebalance rows and the long combined run."""
+OPT_IN = ("combined", "kill-pr", *(name for name in STORM_VARIANTS if name != "storm"))
+"""Run only when named with --only: the parallel-rebalance, sticky and cooperative
+rows and the long combined run."""
 DEFAULT = tuple(name for name in SCENARIOS if name not in OPT_IN)
 ENGINE_OF = {
     "outage": "noida",
@@ -119,8 +146,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         nargs="+",
         choices=SCENARIOS,
         default=list(DEFAULT),
-        help="scenarios to run (default: all but combined and the *-pr ones, which run kill "
-        "and storm with App(parallel_rebalance=True); tansu refuses it and consumes plainly)",
+        help="scenarios to run (default: all but combined and the storm and kill variants: "
+        "*-pr run with App(parallel_rebalance=True), which tansu refuses (it consumes "
+        "plainly there); storm-coop and storm-pr-coop rebalance cooperatively (KIP-429, "
+        "assignor sticky) and storm-sticky and storm-pr-sticky are their eager twins)",
     )
     parser.add_argument(
         "--log-level",
@@ -156,7 +185,7 @@ def runners(args: argparse.Namespace) -> dict[str, Runner]:
             print(f"!! {len(extra)} duplicates outside the uncommitted window", file=sys.stderr)
         return outcome.result
 
-    async def storm(bootstrap: str, static: bool, work: Path, pr: bool = False) -> Result:
+    async def storm(bootstrap: str, static: bool, work: Path, variant: StormVariant) -> Result:
         outcome = await rebalance_storm(
             bootstrap,
             static=static,
@@ -165,7 +194,9 @@ def runners(args: argparse.Namespace) -> dict[str, Runner]:
             events=args.storm_events,
             seconds=args.storm_seconds,
             workdir=work,
-            parallel_rebalance=pr,
+            parallel_rebalance=variant.parallel_rebalance,
+            assignor=variant.assignor,
+            cooperative=variant.cooperative,
             wait_limit=1_800,
         )
         for crash in outcome.crashes:
@@ -270,19 +301,21 @@ def runners(args: argparse.Namespace) -> dict[str, Runner]:
             )
         return outcome.result
 
+    storms: dict[str, Runner] = {
+        name: partial(storm, variant=variant) for name, variant in STORM_VARIANTS.items()
+    }
     return {
+        **storms,
         "combined": combined,
         "retention": retention,
         "outage": outage,
         "outage-term": partial(outage, term=True),
         "flaky": flaky,
         "kill": kill,
-        "storm": storm,
         "restart": restart,
         "errors": errors,
         "poison": poison,
         "kill-pr": partial(kill, pr=True),
-        "storm-pr": partial(storm, pr=True),
     }
 
 

@@ -218,7 +218,7 @@ class AIOKafkaClients:
             offer_all_at_once(fresh)
             if self._assignor.cooperative:
                 make_cooperative(fresh, self._assignor, rejoin_after_s=self._rejoin_after_s)
-        except BrokerError:
+        except BaseException:  # cancelled too: stop what start() opened (shadow_reader)
             with anyio.CancelScope(shield=True):
                 await stop_quietly(fresh.stop)
             raise
@@ -339,12 +339,15 @@ class AIOKafkaClients:
     @asynccontextmanager
     async def shadow_reader(self, tp: TP) -> AsyncIterator[ShadowReader]:
         # A range start below the log start was deleted by retention: read on.
+        # Stopped even when its start fails or is cancelled (a storm revokes the
+        # partition while the shadow connects): aiokafka needs stop() to close what
+        # start() opened, or it warns "Unclosed AIOKafkaConsumer" when collected.
         consumer = self._group_less_consumer("shadow")
         try:
-            await consumer.start()
-        except KafkaError as exc:
-            raise _read_error(self, f"{tp[0]}[{tp[1]}] for the shadow", exc) from exc
-        try:
+            try:
+                await consumer.start()
+            except KafkaError as exc:
+                raise _read_error(self, f"{tp[0]}[{tp[1]}] for the shadow", exc) from exc
             build_records_directly(consumer, replay=True)
             consumer.assign([TopicPartition(*tp)])
             yield _AIOKafkaShadowReader(consumer, TopicPartition(*tp), self)

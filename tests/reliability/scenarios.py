@@ -215,12 +215,18 @@ def member_app(
     session_timeout_ms: int,
     delay: float = 0.0,
     parallel_rebalance: bool = False,
+    assignor: str = "fair",
+    cooperative: bool = False,
 ) -> App:
-    """An in-process member of ``group`` writing each record to ``sink``, tagged ``name``."""
+    """An in-process member of ``group`` writing each record to ``sink``, tagged ``name``.
+
+    ``cooperative`` needs ``assignor="sticky"`` or ``"lag"`` (the App refuses others)."""
     app = App(
         bootstrap=bootstrap,
         group_id=group,
         instance_id=name if static else None,
+        assignor=assignor,
+        cooperative=cooperative,
         parallel_rebalance=ParallelRebalance(threshold=1_000) if parallel_rebalance else False,
         consumer=ConsumerConfig(session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=1_000),
         scheduler=SchedulerConfig(commit_interval=0.2, partition_quota=50, max_batch=200),
@@ -291,10 +297,15 @@ async def rebalance_storm(
     pool: int = 3,
     session_timeout_ms: int = 6_000,
     parallel_rebalance: bool = False,
+    assignor: str = "fair",
+    cooperative: bool = False,
     wait_limit: float = 180,
 ) -> Storm:
     """One member stays; ``events`` joins and leaves of ``pool`` others over
     ``seconds`` while the producer spreads ``records`` over the same time.
+
+    ``assignor`` and ``cooperative`` are every member's (:func:`member_app`), so
+    the same storm compares the eager and the cooperative protocol under one strategy.
 
     Each event toggles the next pool member: a member that is up leaves, one
     that is down (re)joins under its own name. At the end every pool member is
@@ -319,6 +330,8 @@ async def rebalance_storm(
             session_timeout_ms=session_timeout_ms,
             delay=0.0005,
             parallel_rebalance=parallel_rebalance,
+            assignor=assignor,
+            cooperative=cooperative,
         )
 
     done_events = 0
@@ -364,6 +377,10 @@ async def rebalance_storm(
     label = f"rebalance storm ({done_events} joins/leaves)"
     if parallel_rebalance:
         label += ", parallel rebalance"
+    if assignor != "fair":
+        label += f", {assignor}"
+    if cooperative:
+        label += ", cooperative"
     result = check(label, ids, [s.id for s in sightings], seconds=time.monotonic() - started)
     crashes += [f"{n}: {m.failure}" for n, m in [("anchor", anchor), *up.items()] if m.failure]
     handled_by = Counter(s.tag for s in sightings)
