@@ -7,14 +7,12 @@ raises :class:`~fairstream.errors.ConfigError` naming the bad field, and
 
 from __future__ import annotations
 
-import math
 import os
-import types
-import typing
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from fairstream._field_checks import check_positive, check_types
 from fairstream.errors import ConfigError
 from fairstream.ranges import OffsetRange
 
@@ -38,61 +36,8 @@ Ordering = Literal["partition", "key", "none"]
 
 
 def _check_types(config: object, prefix: str = "") -> None:
-    """Reject a field whose value does not match its annotation.
-
-    Dataclasses do not check annotations, so ``concurrency=2.5`` or
-    ``commit_interval=float("nan")`` would pass construction and fail later inside the
-    task group, far from the mistake. ints must be ints (a bool is not one), floats
-    finite numbers, and Literal fields one of their values.
-    """
-    # This module's names: the public classes say they live in ``fairstream``.
-    hints = typing.get_type_hints(type(config), globalns=globals())
-    for name in (f.name for f in fields(config)):  # type: ignore[arg-type]
-        value = getattr(config, name)
-        hint = hints[name]
-        problem = _mismatch(value, hint)
-        if problem:
-            raise ConfigError(prefix + name, value, problem)
-
-
-def _mismatch(value: object, hint: object) -> str | None:
-    """Why ``value`` does not fit ``hint`` (``None`` if it does)."""
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        options = typing.get_args(hint)
-        if any(_mismatch(value, option) is None for option in options):
-            return None
-        return "must be " + " or ".join(dict.fromkeys(_expected(option) for option in options))
-    if typing.get_origin(hint) is Literal:
-        # By type too: True == 1, but acks=True is not acks=1.
-        allowed = typing.get_args(hint)
-        if any(value == option and type(value) is type(option) for option in allowed):
-            return None
-        return f"must be {_expected(hint)}"
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"must be a number, not {type(value).__name__}"
-        return None if math.isfinite(value) else "must be a finite number"
-    if hint is int and isinstance(value, bool):
-        return "must be an int, not bool"
-    cls = typing.cast(type, typing.get_origin(hint) or hint)
-    if isinstance(value, cls):
-        return None
-    return f"must be {_expected(cls)}, not {type(value).__name__}"
-
-
-def _expected(hint: object) -> str:
-    if typing.get_origin(hint) is Literal:
-        return "one of " + ", ".join(repr(v) for v in typing.get_args(hint))
-    if hint is type(None):
-        return "None"
-    name = getattr(hint, "__name__", repr(hint))
-    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
-
-
-def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ConfigError(name, value, f"must be {bound}")
+    # This module's names resolve the hints: the public classes say they live in ``fairstream``.
+    check_types(config, globals(), prefix)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -209,7 +154,7 @@ class ConsumerConfig:
             "max_partition_fetch_bytes",
             "metadata_max_age_ms",
         ):
-            _positive(name, getattr(self, name))
+            check_positive(name, getattr(self, name))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -237,9 +182,9 @@ class ProducerConfig:
 
     def __post_init__(self) -> None:
         _check_types(self, "producer.")
-        _positive("producer.linger_ms", self.linger_ms, allow_zero=True)
-        _positive("producer.max_batch_size", self.max_batch_size)
-        _positive("producer.request_timeout_ms", self.request_timeout_ms)
+        check_positive("producer.linger_ms", self.linger_ms, allow_zero=True)
+        check_positive("producer.max_batch_size", self.max_batch_size)
+        check_positive("producer.request_timeout_ms", self.request_timeout_ms)
         if self.enable_idempotence and self.acks != "all":
             raise ConfigError(
                 "producer.acks",
@@ -347,9 +292,9 @@ class SchedulerConfig:
             "commit_interval",
             "commit_timeout",
         ):
-            _positive(name, getattr(self, name))
-        _positive("revoke_timeout", self.revoke_timeout, allow_zero=True)
-        _positive("shutdown_timeout", self.shutdown_timeout, allow_zero=True)
+            check_positive(name, getattr(self, name))
+        check_positive("revoke_timeout", self.revoke_timeout, allow_zero=True)
+        check_positive("shutdown_timeout", self.shutdown_timeout, allow_zero=True)
         self.check_batch("max_batch", self.max_batch)
 
     def overridden(
@@ -385,11 +330,11 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         _check_types(self, "retry.")
-        _positive("retry.attempts", self.attempts)
-        _positive("retry.backoff", self.backoff, allow_zero=True)
+        check_positive("retry.attempts", self.attempts)
+        check_positive("retry.backoff", self.backoff, allow_zero=True)
         if self.multiplier < 1:
             raise ConfigError("retry.multiplier", self.multiplier, "must be >= 1")
-        _positive("retry.max_backoff", self.max_backoff, allow_zero=True)
+        check_positive("retry.max_backoff", self.max_backoff, allow_zero=True)
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
@@ -450,8 +395,10 @@ class ParallelRebalance:
 
     def __post_init__(self) -> None:
         _check_types(self, "parallel_rebalance.")
-        _positive("parallel_rebalance.threshold", self.threshold, allow_zero=True)
-        _positive("parallel_rebalance.handoff_threshold", self.handoff_threshold, allow_zero=True)
+        check_positive("parallel_rebalance.threshold", self.threshold, allow_zero=True)
+        check_positive(
+            "parallel_rebalance.handoff_threshold", self.handoff_threshold, allow_zero=True
+        )
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -101,6 +101,24 @@ def noida(_brokers: dict[str, Broker]) -> Broker:
 
 
 @pytest.fixture
+def own_noida(noida: Broker) -> Iterator[Broker]:
+    """A noida of this test alone, stopped after it (the external cluster where set).
+
+    For tests that leave static members behind: noida never evicts them, and a test
+    that runs them as subprocesses cannot make them leave (a static member does not
+    send LeaveGroup). Starting one costs ~0.1 s.
+    """
+    if noida.process is None:
+        yield noida
+        return
+    process = EmbeddedBroker("noida").start()
+    try:
+        yield Broker("noida", process.bootstrap, process.info, process)
+    finally:
+        process.stop()
+
+
+@pytest.fixture
 def tansu(_brokers: dict[str, Broker]) -> Broker:
     """The tansu engine: evicts members whose process died."""
     if EXTERNAL:

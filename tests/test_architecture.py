@@ -64,7 +64,7 @@ def test_imports_flow_one_way(area: str) -> None:
     assert not offenders
 
 
-LEAVES = {"errors.py", "ranges.py", "config.py", "logs.py"}
+LEAVES = {"errors.py", "ranges.py", "config.py", "logs.py", "_field_checks.py"}
 
 
 @pytest.mark.parametrize("leaf", sorted(LEAVES))
@@ -108,14 +108,16 @@ def _runtime_imports(name: str) -> set[str]:
 # -> commit). A room talks to its neighbours through the callbacks the engine hands
 # it, never by importing them. The floor below them imports only the record.
 FLOOR = {"_record": set(), "_scheduler": {"_record"}, "_offsets": {"_record"}}
+# The public face: ``App`` and its registration half (``@app.subscriber``).
+FACE = {"_app", "_registration"}
 # ``_jumps`` is the rebalance room's KIP-333 decision: only ``_rebalance`` uses it.
 ROOMS = {
-    "_fetch": {"_workers", "_handling", "_rebalance", "_jumps", "_shadow", "_engine", "_app"},
-    "_workers": {"_fetch", "_rebalance", "_jumps", "_shadow", "_engine", "_app"},
-    "_handling": {"_fetch", "_workers", "_rebalance", "_jumps", "_shadow", "_engine", "_app"},
-    "_shadow": {"_fetch", "_workers", "_handling", "_rebalance", "_jumps", "_engine", "_app"},
-    "_rebalance": {"_fetch", "_handling", "_commit", "_engine", "_app"},
-    "_jumps": {"_fetch", "_workers", "_handling", "_rebalance", "_commit", "_engine", "_app"},
+    "_fetch": {"_workers", "_handling", "_rebalance", "_jumps", "_shadow", "_engine", *FACE},
+    "_workers": {"_fetch", "_rebalance", "_jumps", "_shadow", "_engine", *FACE},
+    "_handling": {"_fetch", "_workers", "_rebalance", "_jumps", "_shadow", "_engine", *FACE},
+    "_shadow": {"_fetch", "_workers", "_handling", "_rebalance", "_jumps", "_engine", *FACE},
+    "_rebalance": {"_fetch", "_handling", "_commit", "_engine", *FACE},
+    "_jumps": {"_fetch", "_workers", "_handling", "_rebalance", "_commit", "_engine", *FACE},
     "_commit": {
         "_fetch",
         "_workers",
@@ -124,9 +126,9 @@ ROOMS = {
         "_jumps",
         "_shadow",
         "_engine",
-        "_app",
+        *FACE,
     },
-    "_engine": {"_jumps", "_app"},
+    "_engine": {"_jumps", *FACE},
 }
 
 
@@ -134,6 +136,18 @@ ROOMS = {
 def test_rooms_reach_kafka_through_the_ports(room: str) -> None:
     """Only the public face picks the aiokafka clients; the rooms know the Protocols."""
     assert "_clients" not in _runtime_imports(room)
+
+
+@pytest.mark.parametrize("room", sorted(ROOMS))
+def test_rooms_do_not_import_the_planner(room: str) -> None:
+    """The planner (``_assignors``) is aiokafka's side of the join: a room learns the
+    group's protocol from its clients and what it means from ``_protocols``."""
+    assert "_assignors" not in _runtime_imports(room)
+
+
+def test_protocol_names_import_no_runtime_module() -> None:
+    """The planner and the rebalance room both ask them; an import back would tie the two."""
+    assert not _runtime_imports("_protocols")
 
 
 @pytest.mark.parametrize("module", sorted(FLOOR))

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, TypeVar, final, overload
+from typing import Any, final
 
 import anyio
 import anyio.abc
@@ -17,7 +17,6 @@ from fairstream.assign import strategy_names
 from fairstream.config import (
     ConsumerConfig,
     DeadLetterPolicy,
-    Ordering,
     ParallelRebalance,
     ProducerConfig,
     RetryPolicy,
@@ -32,23 +31,17 @@ from fairstream.runtime._assignor_checks import (
     check_replan_interval,
 )
 from fairstream.runtime._clients import aiokafka_clients
-from fairstream.runtime._decode import (
-    Decoder,
-)
 from fairstream.runtime._engine import Ack, Engine
 from fairstream.runtime._middleware import Middleware, bind_app, check_middlewares, publish_hooks
 from fairstream.runtime._ports import KafkaClients
 from fairstream.runtime._record import Headers, Record, publish_bytes
+from fairstream.runtime._registration import HandlerRegistry
 from fairstream.runtime._stats import AppStats, prometheus_text
-from fairstream.runtime._subscriber import Subscriber, new_subscriber, parallel_rebalance_setting
+from fairstream.runtime._subscriber import Subscriber, parallel_rebalance_setting
 
 __all__ = ["App", "Health"]
 
 log = structlog.get_logger(__name__)
-
-H = TypeVar("H", bound=Callable[..., Awaitable[None]])
-RecordHandler = TypeVar("RecordHandler", bound=Callable[[Record[Any, Any]], Awaitable[None]])
-BatchHandler = TypeVar("BatchHandler", bound=Callable[[list[Record[Any, Any]]], Awaitable[None]])
 
 ClientsFactory = Callable[["App", list[Subscriber]], KafkaClients]
 
@@ -73,7 +66,7 @@ async def _stop_on_signals(engine: Engine) -> None:
 
 
 @final
-class App:
+class App(HandlerRegistry):
     """A consumer group member with decorated handlers.
 
     >>> app = App(bootstrap="127.0.0.1:9092", group_id="orders", assignor="lag")
@@ -162,126 +155,6 @@ class App:
             f"App(group_id={self.group_id!r}, bootstrap={self.bootstrap!r}, "
             f"assignor={self.assignor!r})"
         )
-
-    # --- registration ---------------------------------------------------------------
-
-    @overload
-    def subscriber(
-        self,
-        *topics: str,
-        batch: Literal[False] = False,
-        max_batch: int | None = None,
-        decoder: Decoder[Any] | None = None,
-        key_decoder: Decoder[Any] | None = None,
-        retry: RetryPolicy | None = None,
-        dead_letter: DeadLetterPolicy | None = None,
-        parallel_rebalance: bool | ParallelRebalance | None = None,
-        ordering: Ordering | None = None,
-        concurrency: int | None = None,
-        middlewares: Sequence[Middleware] = (),
-    ) -> Callable[[RecordHandler], RecordHandler]: ...
-
-    @overload
-    def subscriber(
-        self,
-        *topics: str,
-        batch: Literal[True],
-        max_batch: int | None = None,
-        decoder: Decoder[Any] | None = None,
-        key_decoder: Decoder[Any] | None = None,
-        retry: RetryPolicy | None = None,
-        dead_letter: DeadLetterPolicy | None = None,
-        parallel_rebalance: bool | ParallelRebalance | None = None,
-        ordering: Ordering | None = None,
-        concurrency: int | None = None,
-        middlewares: Sequence[Middleware] = (),
-    ) -> Callable[[BatchHandler], BatchHandler]: ...
-
-    @overload
-    def subscriber(
-        self,
-        *topics: str,
-        batch: bool = False,
-        max_batch: int | None = None,
-        decoder: Decoder[Any] | None = None,
-        key_decoder: Decoder[Any] | None = None,
-        retry: RetryPolicy | None = None,
-        dead_letter: DeadLetterPolicy | None = None,
-        parallel_rebalance: bool | ParallelRebalance | None = None,
-        ordering: Ordering | None = None,
-        concurrency: int | None = None,
-        middlewares: Sequence[Middleware] = (),
-    ) -> Callable[[H], H]: ...
-
-    def subscriber(
-        self,
-        *topics: str,
-        batch: bool = False,
-        max_batch: int | None = None,
-        decoder: Decoder[Any] | None = None,
-        key_decoder: Decoder[Any] | None = None,
-        retry: RetryPolicy | None = None,
-        dead_letter: DeadLetterPolicy | None = None,
-        parallel_rebalance: bool | ParallelRebalance | None = None,
-        ordering: Ordering | None = None,
-        concurrency: int | None = None,
-        middlewares: Sequence[Middleware] = (),
-    ) -> Callable[[H], H]:
-        """Register an async handler for ``topics``; returns it unchanged.
-
-        With ``batch=True`` the handler receives ``list[Record]`` of up to
-        ``max_batch`` records from several partitions, each partition's in order.
-        ``ordering`` and ``concurrency`` override the app's ``SchedulerConfig`` for
-        this subscriber (batch handlers always keep each partition in order).
-
-        ``key_decoder`` (or a ``Record[V, K]`` hint: ``Record[dict, str]``) decodes
-        keys too; ``Record[V]`` keeps them as bytes.
-
-        ``middlewares`` wrap each call of this handler inside the app's own
-        (``App(middlewares=...)``), the first one outermost (README, "Middlewares").
-
-        :raises ConfigError: for no topics, a topic already subscribed, a sync handler, a
-            handler that does not take exactly one record (list), or an unresolvable hint.
-        """
-        if not topics:
-            raise ConfigError("topics", topics, "a subscriber needs at least one topic")
-        taken = {t for sub in self._subscribers for t in sub.topics} & set(topics)
-        if taken:
-            raise ConfigError(
-                "topics", sorted(taken), "already have a subscriber", "use one handler per topic"
-            )
-        settings = self.scheduler_config.overridden(
-            max_batch=max_batch, ordering=ordering, concurrency=concurrency
-        )
-        catch_up = (
-            self.parallel_rebalance
-            if parallel_rebalance is None
-            else parallel_rebalance_setting(parallel_rebalance, self.ack)
-        )
-
-        def register(handler: H) -> H:
-            self._subscribers.append(
-                new_subscriber(
-                    handler,
-                    topics=tuple(topics),
-                    batch=batch,
-                    settings=settings,
-                    decoder=decoder,
-                    key_decoder=key_decoder,
-                    retry=retry or self.retry,
-                    dead_letter=dead_letter or self.dead_letter,
-                    parallel_rebalance=catch_up,
-                    middlewares=(*self.middlewares, *middlewares),
-                )
-            )
-            bind_app(middlewares, self)
-            return handler
-
-        return register
-
-    @property
-    def subscribers(self) -> tuple[Subscriber, ...]:
-        return tuple(self._subscribers)
 
     # --- running --------------------------------------------------------------------
 

@@ -17,13 +17,9 @@ stale reading makes the leader plan ``fair`` (``lag_snapshot_unusable``, ``reaso
 Each member reports the partitions it owns in its join metadata, so the leader can
 hand the planners a previous assignment whoever led last time.
 
-A member may offer several strategies, best first (Kafka's
-``partition.assignment.strategy`` list): the coordinator picks a protocol every
-member offers, so fairstream members can join a group of plain aiokafka,
-librdkafka or Java consumers and take it over once the last of those leaves.
-``range`` and ``roundrobin`` are offered under Kafka's own protocol names for that;
-the metadata is the standard consumer protocol's (version 0: the subscription,
-and fairstream's owned partitions only in the user data), which those clients read.
+A member may offer several strategies, best first, to join a group of other
+clients' consumers: their protocol names and entries are in
+:mod:`fairstream.runtime._protocols`.
 """
 
 from __future__ import annotations
@@ -50,46 +46,18 @@ from fairstream.runtime._admin import AutoOffsetReset, BrokerAdmin
 from fairstream.runtime._cooperative import hold_back
 from fairstream.runtime._lag_listener import RefreshingListener
 from fairstream.runtime._member_data import encode_owned, reported_owners
+from fairstream.runtime._protocols import StrategyOffer, protocol_name
 
 __all__ = [
     "LagReading",
     "PlanRecord",
     "PlanningAssignor",
-    "StrategyOffer",
     "make_assignor",
-    "protocol_name",
-    "shared_protocol",
 ]
 
 log = structlog.get_logger(__name__)
 
 _FALLBACK = "fair"
-
-_KAFKA_NAMED = frozenset({"range", "roundrobin"})
-"""Strategies every Kafka client has under these protocol names, assigning alike
-(``tests/assign/test_kafka_rules.py``), so a mixed group can agree on them."""
-
-
-def protocol_name(strategy: str, cooperative: bool = False) -> str:
-    """The JoinGroup protocol name of a strategy: Kafka's own, or ``fairstream-<name>``.
-
-    ``lag``, ``fair`` and ``sticky`` plan differently from anything another client
-    offers (Kafka's ``sticky`` keeps its own user data), so they keep our prefix;
-    cooperative members (KIP-429) never share a protocol with eager ones: ``-coop``.
-    """
-    if cooperative or strategy not in _KAFKA_NAMED:
-        return f"fairstream-{strategy}" + ("-coop" if cooperative else "")
-    return strategy
-
-
-def shared_protocol(protocol: str | None) -> bool:
-    """Whether a group on ``protocol`` may hold members that are not fairstream apps.
-
-    Any Kafka client can join a group on ``range`` or ``roundrobin``, and such a
-    member cannot read the KIP-333 ranges kept in commit metadata: a partition that
-    jumped and then moved to it would lose its shadow's records.
-    """
-    return protocol is not None and not protocol.startswith("fairstream-")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,7 +86,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
     """fairstream's strategies, best first, as aiokafka ``partition_assignment_strategy``.
 
     The object itself is the entry for the first strategy; :attr:`protocols` holds
-    it and one :class:`StrategyOffer` per further strategy, all sharing this state
+    it and one ``StrategyOffer`` per further strategy, all sharing this state
     (owned partitions, lag reading). Build it with :func:`make_assignor`; give
     every consumer its own instance.
     """
@@ -421,36 +389,3 @@ def make_assignor(
         replan_interval_s=replan_interval_s,
         cooperative=cooperative,
     )
-
-
-@final
-class StrategyOffer(AbstractPartitionAssignor):  # type: ignore[misc]
-    """A further strategy of a :class:`PlanningAssignor`, as its own protocol entry.
-
-    aiokafka asks the entry whose name the group chose to plan (on the leader)
-    and to take the assignment (on every member); both go to the shared planner.
-    """
-
-    version = 0
-
-    def __init__(self, planner: PlanningAssignor, strategy: str, cooperative: bool) -> None:
-        self._planner = planner
-        self.strategy = strategy
-        self.cooperative = cooperative
-
-    @property
-    def name(self) -> str:
-        return protocol_name(self.strategy, self.cooperative)
-
-    def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
-        # An eager member offering -coop owns nothing when it joins: it revoked all.
-        owned = self._planner.cooperative or not self.cooperative
-        return self._planner.metadata(topics, owned=owned)
-
-    def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
-        self._planner.assigned(self.name, assignment)
-
-    def assign(
-        self, cluster: ClusterMetadata, members: Mapping[str, ConsumerProtocolMemberMetadata]
-    ) -> dict[str, ConsumerProtocolMemberAssignment]:
-        return self._planner.plan_group(self.strategy, cluster, members, self.cooperative)

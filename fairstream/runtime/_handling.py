@@ -88,8 +88,8 @@ class DispatchRunner:
         """
         handler = subscriber.handler
         decode = subscriber.decoder
-        finish = self._offsets.finish
-        manual = self._manual_ack
+        # With manual acks the user's commit finishes a record, not its handling.
+        finish = _unfinished if self._manual_ack else self._offsets.finisher(tp)
         slot = RecordSlot()
         token = current_record.set(slot)
         started = time.perf_counter()
@@ -97,22 +97,16 @@ class DispatchRunner:
         try:
             while chain and done < limit and not self.halted:
                 queued = slot.record = chain[0]
-                handled: Any = queued
-                if decode is not passthrough:
+                if decode is passthrough:
                     try:
-                        handled = with_value(queued, decode(queued.raw))
-                    except DecodeError as exc:
-                        await self._give_up(subscriber, queued, exc, 0)
-                        handled = None
-                if handled is not None:
-                    try:
-                        await handler(handled)
+                        await handler(queued)
                     except Exception as exc:
-                        await self._retry(subscriber, handled, queued, exc)
+                        await self._retry(subscriber, queued, queued, exc)
                     except asyncio.CancelledError as exc:
-                        await self._retry(subscriber, handled, queued, stray_cancellation(exc))
-                if not manual:
-                    finish(tp, queued.offset)
+                        await self._retry(subscriber, queued, queued, stray_cancellation(exc))
+                else:
+                    await self._decode_and_handle(subscriber, queued)
+                finish(queued.offset)
                 chain.popleft()
                 done += 1
         except (Exception, asyncio.CancelledError):
@@ -124,6 +118,20 @@ class DispatchRunner:
             if done:
                 self._stats.handled(tp, done, time.perf_counter() - started)
                 popped(done)
+
+    async def _decode_and_handle(self, subscriber: Subscriber, queued: Record[bytes]) -> None:
+        """One record of a chain through its decoder and handler (or to the dead letters)."""
+        try:
+            decoded = with_value(queued, subscriber.decoder(queued.raw))
+        except DecodeError as exc:
+            await self._give_up(subscriber, queued, exc, 0)
+            return
+        try:
+            await subscriber.handler(decoded)
+        except Exception as exc:
+            await self._retry(subscriber, decoded, queued, exc)
+        except asyncio.CancelledError as exc:
+            await self._retry(subscriber, decoded, queued, stray_cancellation(exc))
 
     def admitting(self, tp: TP, first: int) -> deque[int] | None:
         """Where to append the offsets of ``tp`` about to run out of order, from ``first``:
@@ -324,3 +332,7 @@ def _progress(
         return None
     done = in_hand.offset
     return done, sum(1 for r in records if r.offset < done)
+
+
+def _unfinished(offset: int) -> None:
+    """Manual acks: handling a record does not finish it (``app.commit`` does)."""

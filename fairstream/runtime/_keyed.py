@@ -117,40 +117,56 @@ class KeyedLane:
         unfinished, so the watermark never passes them.
         """
         runner = self._runner
+        room, by_key, unique = self._room, self._by_key, self._unique
         for piece in dispatch.slices:
+            records = piece.records
+            if not records:
+                continue
             tp = piece.tp
             skip = runner.skip(tp)
-            if not piece.records:
-                continue
-            opened = runner.admitting(tp, piece.records[0].offset)
+            opened = runner.admitting(tp, records[0].offset)
             if opened is None:
                 return
-            for record in piece.records:
-                while True:
-                    if runner.halted or not self._owned(tp):
+            part: _Partition | None = None
+            for record in records:
+                # Nothing below awaits but _room_in: the partition found there stays
+                # open and owned until the next wait, so it is only looked up again
+                # when it is full.
+                if part is None or part.admitted >= room:
+                    part = await self._room_in(tp)
+                    if part is None:
                         return
-                    part = self._parts.get(tp)
-                    if part is None or part.closed:
-                        part = await self._open(tp)
-                    elif part.admitted >= self._room:
-                        await part.room.wait()
-                        continue
-                    break
-                opened.append(record.offset)
-                if skip and any(r.start <= record.offset < r.end for r in skip):
+                    chains = part.chains
+                offset = record.offset
+                opened.append(offset)
+                if skip and any(r.start <= offset < r.end for r in skip):
                     runner.skipped(record)  # a previous owner finished it (offset map)
                     continue
                 part.admitted += 1
-                key = record.key if self._by_key else next(self._unique)
-                chain = part.chains.get(key)
+                key = record.key if by_key else next(unique)
+                chain = chains.get(key)
                 if chain is None:
                     if part.busy is None:
                         part.busy = InFlight(part.scope)
-                    part.chains[key] = deque((record,))
+                    chains[key] = deque((record,))
                     assert part.tasks is not None
                     part.tasks.start_soon(self._chain, part, key)
                 else:
                     chain.append(record)
+
+    async def _room_in(self, tp: TP) -> _Partition | None:
+        """The open chains of ``tp`` once they have room for a record (waits while full).
+
+        ``None``: the app halts or ``tp`` is no longer owned.
+        """
+        while not self._runner.halted and self._owned(tp):
+            part = self._parts.get(tp)
+            if part is None or part.closed:
+                return await self._open(tp)
+            if part.admitted < self._room:
+                return part
+            await part.room.wait()
+        return None
 
     async def _open(self, tp: TP) -> _Partition:
         assert self._tasks is not None, "KeyedLane.start was not called"

@@ -27,7 +27,7 @@ repeats work.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fairstream.ranges import (
@@ -69,6 +69,26 @@ class PartitionOffsets:
     keyed: bool = False
     """Records were admitted out of order: commits carry the offset map."""
     map_dropped: bool = False
+
+    def finish(self, offset: int) -> None:
+        """The admitted record at ``offset`` is done: move the watermark if it can."""
+        opened = self.open
+        if not opened or offset < opened[0]:
+            return  # finished twice
+        if offset != opened[0]:
+            self.done.add(offset)
+            return
+        opened.popleft()
+        following = offset + 1
+        done = self.done
+        if done:
+            while opened and opened[0] in done:
+                first = opened.popleft()
+                done.discard(first)
+                following = first + 1
+        watermark = opened[0] if opened else following
+        if self.handled is None or watermark > self.handled:
+            self.handled = watermark
 
     @property
     def next_commit(self) -> int | None:
@@ -169,25 +189,17 @@ class OffsetTracker:
     def finish(self, tp: TP, offset: int) -> None:
         """The admitted record at ``offset`` is done: move the watermark if it can."""
         state = self.partitions.get(tp)
-        if state is None:
-            return  # not ours any more
-        opened = state.open
-        if not opened or offset < opened[0]:
-            return  # finished twice
-        if offset != opened[0]:
-            state.done.add(offset)
-            return
-        opened.popleft()
-        following = offset + 1
-        done = state.done
-        if done:
-            while opened and opened[0] in done:
-                first = opened.popleft()
-                done.discard(first)
-                following = first + 1
-        watermark = opened[0] if opened else following
-        if state.handled is None or watermark > state.handled:
-            state.handled = watermark
+        if state is not None:  # else not ours any more
+            state.finish(offset)
+
+    def finisher(self, tp: TP) -> Callable[[int], None]:
+        """:meth:`finish` for ``tp``, looked up once for a run of its records.
+
+        If ``tp`` is revoked during the run the finishes land on the state it had,
+        which is dropped: a later owner of ``tp`` does not see them.
+        """
+        state = self.partitions.get(tp)
+        return state.finish if state is not None else _not_ours
 
     def out_of_order(self, tp: TP) -> bool:
         """Records of ``tp`` are admitted and not all finished (a keyed lane's)."""
@@ -241,6 +253,10 @@ class OffsetTracker:
     def forget(self, tps: set[TP]) -> None:
         for tp in tps:
             self.partitions.pop(tp, None)
+
+
+def _not_ours(offset: int) -> None:
+    """A finish for a partition that is not owned: nothing to move."""
 
 
 def _as_ranges(offsets: set[int]) -> list[OffsetRange]:

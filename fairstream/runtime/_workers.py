@@ -10,7 +10,9 @@ here: its records are admitted to the subscriber's :class:`KeyedLane`, which run
 them per key, and the partition is released for its next dispatch at once.
 
 An idle worker waits on an event of its own and ``wake`` sets one of them, so new
-records wake one worker, not all of them.
+records wake one worker, not all of them; a worker that takes a dispatch while more
+is ready wakes the next, so the wake passes along until the work or the workers
+run out.
 """
 
 from __future__ import annotations
@@ -123,10 +125,13 @@ class Workers:
                     if awake in self._sleepers:
                         self._sleepers.remove(awake)
                 continue
-            self._taken(dispatch)
-            await self._run(dispatch)
+            # One pull (or release) may have readied several partitions, and it woke
+            # one worker: pass the wake on before running, or the others wait out
+            # this handler, however long it takes, beside idle workers.
             if scheduler.has_ready():
                 self.wake()
+            self._taken(dispatch)
+            await self._run(dispatch)
             # A handler that never suspends would otherwise keep the loop to itself:
             # the fetcher (and an in-process producer) must run between dispatches.
             await anyio.lowlevel.checkpoint()

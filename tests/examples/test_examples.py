@@ -208,3 +208,80 @@ async def test_migrate_group_hands_the_group_over_without_losing_a_record(
     out = result.stdout.decode()
     assert out.startswith("handled 400 of 400 records (old pod "), out
     assert out.endswith("protocol while shared: roundrobin, after: fairstream-lag\n"), out
+
+
+@pytest.mark.broker
+async def test_cooperative_members_keep_their_partitions_when_a_third_joins(
+    own_noida: Broker, group_id: str
+) -> None:
+    """examples/cooperative.py as its docstring runs it: a, b, then c joins.
+
+    On a noida of its own: the three static members stay in the group after
+    SIGTERM (noida never evicts them), so the suite's shared noida is not left
+    with them.
+    """
+    noida = own_noida
+    topic = f"orders-{uuid.uuid4().hex[:10]}"
+    await create_topic(noida.bootstrap, topic, 8)
+    logs: dict[str, list[Event]] = {"a": [], "b": [], "c": []}
+
+    async def collect(process: anyio.abc.Process, events: list[Event]) -> None:
+        assert process.stderr is not None
+        buffered = b""
+        async for chunk in process.stderr:
+            buffered += chunk
+            *lines, buffered = buffered.split(b"\n")
+            events.extend(json.loads(line) for line in lines if line.strip())
+
+    def assignments(name: str) -> list[Event]:
+        return _named(logs[name], "cooperative_assignment")
+
+    def held(name: str) -> set[tuple[str, int]]:
+        owned: set[tuple[str, int]] = set()
+        for event in assignments(name):
+            owned = (owned - {tuple(tp) for tp in event["revoked"]}) | {
+                tuple(tp) for tp in event["added"]
+            }
+        return owned
+
+    async def until(check: Callable[[], bool]) -> None:
+        with anyio.fail_after(60):
+            while not check():  # noqa: ASYNC110 - a condition over the members' logs
+                await anyio.sleep(0.1)
+
+    def member(name: str) -> Any:
+        return _fairstream_run(
+            "cooperative:app",
+            env=_env(
+                FAIRSTREAM_BOOTSTRAP=noida.bootstrap,
+                FAIRSTREAM_GROUP_ID=group_id,
+                FAIRSTREAM_INSTANCE_ID=name,
+                ORDERS_TOPIC=topic,
+            ),
+        )
+
+    async with anyio.create_task_group() as tasks:
+        async with member("a") as a, member("b") as b:
+            tasks.start_soon(collect, a, logs["a"])
+            tasks.start_soon(collect, b, logs["b"])
+            # Both hold partitions, all 8 between them, and no hand-over is pending.
+            await until(
+                lambda: (
+                    all(held(n) for n in "ab")
+                    and len(held("a") | held("b")) == 8
+                    and all(assignments(n)[-1]["revoked"] == [] for n in "ab")
+                )
+            )
+            before = {n: len(assignments(n)) for n in "ab"}
+            async with member("c") as c:
+                tasks.start_soon(collect, c, logs["c"])
+                await until(lambda: any(e["added"] for e in assignments("c")))
+            rounds = [e for n in "ab" for e in assignments(n)[before[n] :]]
+        tasks.cancel_scope.cancel()
+    # a and b kept what the plan left them through both rounds and gave up only what
+    # went to c: nothing was revoked and handed straight back.
+    assert rounds and all(e["kept"] > 0 for e in rounds), rounds
+    given_up = {tuple(tp) for e in rounds for tp in e["revoked"]}
+    taken = {tuple(tp) for e in assignments("c") for tp in e["added"]}
+    assert given_up and given_up <= taken, (given_up, taken)
+    assert not _named(logs["a"] + logs["b"], "partitions_lost")

@@ -115,6 +115,35 @@ async def test_partitions_run_side_by_side_by_default_each_in_order(
     assert most_at_once > 1, "the partitions of one member waited on each other"
 
 
+async def test_a_slow_partition_does_not_hold_the_partitions_fetched_with_it(
+    backend: Backend, group_id: str
+) -> None:
+    """One pull brings records of several partitions and wakes one worker. Each
+    worker that took a dispatch used to wake the next only after running it, so
+    while the first handler ran (here: until the others are done) the other
+    partitions' records sat queued beside 63 idle workers."""
+    topic = await backend.create_topic(4)
+    await backend.produce(topic, [(p, b"x") for p in range(4)])
+    app = backend.app(group_id=group_id, scheduler=QUICK)
+    first: list[int] = []
+    others_done = anyio.Event()
+    handled: set[int] = set()
+
+    @app.subscriber(topic)
+    async def handle(record: Record[bytes]) -> None:
+        if not first:
+            first.append(record.partition)
+            await others_done.wait()
+        handled.add(record.partition)
+        if len(handled) == 3 and first[0] not in handled:
+            others_done.set()
+
+    async with app:
+        with anyio.fail_after(20):
+            await others_done.wait()
+    assert handled == set(range(4))
+
+
 @pytest.mark.parametrize("ordering", ["key", "none"])
 async def test_concurrency_bounds_records_in_flight(
     backend: Backend, group_id: str, ordering: str
@@ -209,3 +238,34 @@ async def test_manual_commit_marks_only_that_record_finished_under_key_order(
 
     # Everything from offset 10 on is acknowledged but 10; the group commits 10.
     assert await backend.committed(group_id, topic, 1) == [10]
+
+
+async def test_a_record_that_does_not_decode_goes_to_the_dlq_and_its_key_goes_on(
+    backend: Backend, group_id: str
+) -> None:
+    """Under ``ordering="key"`` a value the decoder refuses is dead-lettered once (no
+    retry can fix it), finished like a handled record, and its key's next records run."""
+    topic = await backend.create_topic(1)
+    values = [b'{"n": 0}', b"{not json", b'{"n": 2}', b'{"n": 3}']
+    await backend.produce(topic, [(0, v) for v in values], key=b"k")
+    await backend.produce(topic, [(0, b'{"n": 9}')], key=b"other")
+    app = backend.app(group_id=group_id, scheduler=QUICK)
+    seen: list[tuple[bytes | None, int]] = []
+    done = anyio.Event()
+
+    @app.subscriber(topic, ordering="key")
+    async def handle(record: Record[dict[str, int]]) -> None:
+        seen.append((record.key, record.value["n"]))
+        if len(seen) == 4:
+            done.set()
+
+    async with app:
+        with anyio.fail_after(60):
+            await done.wait()
+        committed = await _wait_committed(backend, group_id, topic, 1, 5)
+
+    assert [n for key, n in seen if key == b"k"] == [0, 2, 3]
+    assert (b"other", 9) in seen
+    (dead,) = await backend.read_all(f"{topic}.dlq", 1, expected=1)
+    assert dead.value == b"{not json"
+    assert committed == [5]
