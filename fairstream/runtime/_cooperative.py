@@ -13,10 +13,8 @@ stopped while the group rebalances, even where the plan hands each partition bac
 - after the join, ``revoked = owned - assigned`` is revoked (the listener commits
   it while it is still assigned), ``added = assigned - owned`` is assigned, and
   the partitions in both keep their fetch positions, queues, in-flight work and
-  KIP-333 shadows: partitions are added to and removed from aiokafka's assignment
-  in place, so its fetcher does not restart (``_Cooperative._reassign``). When
-  something was revoked, the member asks for another rebalance, in which the
-  leader gives it to its new owner (the leader held it back:
+  KIP-333 shadows. When something was revoked, the member asks for another
+  rebalance, in which the leader gives it to its new owner (the leader held it back:
   :func:`fairstream.assign.cooperative.hold_back_moves`). It asks one heartbeat
   interval later, not at once (see "The follow-up rejoin waits" below);
 - a member whose generation was reset (``UNKNOWN_MEMBER_ID``, ``ILLEGAL_GENERATION``:
@@ -65,7 +63,7 @@ import structlog
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.consumer.fetcher import Fetcher
 from aiokafka.consumer.group_coordinator import GroupCoordinator
-from aiokafka.consumer.subscription_state import Assignment as AiokafkaAssignment
+from aiokafka.consumer.subscription_state import Assignment as Assigned
 from aiokafka.consumer.subscription_state import Subscription, TopicPartitionState
 from aiokafka.coordinator.protocol import ConsumerProtocol
 
@@ -89,21 +87,13 @@ _EXPECTED = {
 }
 """The coordinator methods this module replaces or calls, with their parameters."""
 
+_STATE = ("reset_to", "pause", "has_valid_position", "position", "paused")
 _SUBSCRIPTION = ("assign_from_subscribed", "assigned_partitions", "subscription", "listener")
-_IN_PLACE = {
-    AiokafkaAssignment.__init__: ("_topic_partitions", "_tp_state"),
-    AiokafkaAssignment.tps.fget: ("_topic_partitions",),
-    AiokafkaAssignment.state_value: ("_tp_state",),
-    Fetcher._fetch_requests_routine: (
-        "_wait_consume_future",
-        "unassign_future",
-        "_get_actions_per_node",
-        "_pending_tasks",
-    ),
-    Fetcher._get_actions_per_node: ("tps", "state_value", "_in_flight"),
+_FETCH_LOOP = {
+    Fetcher._fetch_requests_routine: ("_get_actions_per_node", "_pending_tasks"),
+    Fetcher._get_actions_per_node: ("_in_flight",),
 }
-"""Functions of aiokafka's, with the private names they must use for ``_reassign``'s in-place
-change to be seen (the assignment's partitions and states, the fetcher's wake-up) and for
+"""Functions of aiokafka's fetcher, with the private names they must use for
 :func:`_look_again_after_finished_fetches` to apply."""
 
 
@@ -135,17 +125,15 @@ def unsupported(coordinator: Any) -> str | None:
             return f"GroupCoordinator.{name} is not {name}({', '.join(params)})"
     subscription = getattr(coordinator, "_subscription", None)
     missing = [a for a in _SUBSCRIPTION if not hasattr(subscription, a)]
-    missing += [a for a in ("assignment", "topics") if not hasattr(Subscription, a)]
+    missing += [a for a in _STATE if not hasattr(TopicPartitionState, a)]
+    missing += [a for a in ("assignment", "_assign") if not hasattr(Subscription, a)]
+    missing += [a for a in ("state_value", "tps") if not hasattr(Assigned, a)]
     missing += [
         f"{function.__qualname__} using {name}"
-        for function, names in _IN_PLACE.items()
+        for function, names in _FETCH_LOOP.items()
         for name in names
         if name not in function.__code__.co_names
     ]
-    if list(inspect.signature(TopicPartitionState).parameters) != ["assignment"]:
-        missing.append("TopicPartitionState(assignment)")
-    missing += [] if hasattr(TopicPartitionState, "pause") else ["TopicPartitionState.pause"]
-    missing += [] if hasattr(Fetcher, "_notify") else ["Fetcher._notify"]
     if missing or not hasattr(coordinator, "generation") or not hasattr(coordinator, "member_id"):
         lacking = missing or ["generation/member_id"]
         return f"aiokafka's subscription state or fetcher lacks {lacking}"
@@ -173,7 +161,7 @@ def make_cooperative(consumer: Any, owner: Owner, *, rejoin_after_s: float) -> N
             "use cooperative=False, or the aiokafka version fairstream pins",
         )
     _look_again_after_finished_fetches(fetcher)
-    hook = _Cooperative(coordinator, fetcher, owner, rejoin_after_s)
+    hook = _Cooperative(coordinator, owner, rejoin_after_s)
     coordinator._on_join_prepare = hook.prepare
     coordinator._on_join_complete = hook.complete
     commit, reset = coordinator._do_commit_offsets, coordinator.reset_generation
@@ -199,14 +187,17 @@ def _look_again_after_finished_fetches(fetcher: Any) -> None:
     """Keep aiokafka's fetcher from sleeping 200 ms on a fetch that already finished.
 
     The fetcher marks a broker busy while a request to it is in flight and unmarks it
-    in the request task's done callback. When the fetcher wakes for something else (a
-    new assignment, a resumed partition, a consumed buffer) in the event-loop turn in
-    which a fetch's answer arrives, the task is done but its callback has not run: the
-    broker still looks busy, no fetch is sent and the fetcher waits its 200 ms poll
-    timeout. noida answers in 20 ms ticks, so an answer often lands in the turn of the
-    SyncGroup or offset answer that woke the fetcher: kept partitions stalled ~0.2 s
-    in one cooperative round in three (benchmarks/RESULTS.md, #23). Here the fetcher
-    waits no time instead, so it looks again once the callback ran.
+    in the request task's done callback. Every cooperative round hands aiokafka a new
+    assignment (``_Cooperative._reassign``), which restarts its fetch loop: the loop
+    drops its request tasks and looks at the new assignment at once. When a fetch
+    answer arrived in that same event-loop turn, its task is done but the callback has
+    not run: the broker still looks busy, no fetch is sent, and the loop sleeps its
+    200 ms poll timeout with no task left to wake it. noida answers in 20 ms ticks, so
+    kept partitions stalled ~0.2 s in one cooperative round in three, each time with
+    such a stale mark (benchmarks/RESULTS.md, #23). Any other wake-up (a resumed
+    partition, a consumed buffer) can meet the same turn. Here the loop waits no time
+    while only finished requests are marked in flight, so it looks again once the
+    callback ran.
     """
     actions = fetcher._get_actions_per_node
 
@@ -222,9 +213,8 @@ def _look_again_after_finished_fetches(fetcher: Any) -> None:
 class _Cooperative:
     """The two replaced coordinator methods, for one consumer."""
 
-    def __init__(self, coordinator: Any, fetcher: Any, owner: Owner, rejoin_after_s: float) -> None:
+    def __init__(self, coordinator: Any, owner: Owner, rejoin_after_s: float) -> None:
         self._coordinator = coordinator
-        self._fetcher = fetcher
         self._subscription = coordinator._subscription
         self._owner = owner
         self._member_id: str = ""
@@ -310,34 +300,23 @@ class _Cooperative:
             coordinator.request_rejoin()
 
     def _reassign(self, new: set[TopicPartition]) -> None:
-        """Take ``new`` as the assignment in place: kept partitions are not touched.
-
-        aiokafka's own way, a new ``Assignment``, restarts its fetcher: the fetch in
-        flight is discarded with everything buffered, and when that fetch's answer
-        arrives in the same event-loop turn as the restart, the fetcher still counts
-        the broker's node as busy, sends nothing and sleeps its 200 ms poll timeout.
-        That was the ~0.2 s stall of kept partitions in one noida round in three
-        (benchmarks/RESULTS.md, #23). So the partitions are added to and removed
-        from the same ``Assignment``: kept ones keep their state, in-flight fetch and
-        buffered records. A revoked partition's state stays behind, paused: a fetch
-        answer still in flight for it finds a state (aiokafka has no check for a
-        missing one) and is dropped, like its buffered records, because it is paused.
-        """
-        assignment = self._subscription.subscription.assignment
-        if assignment is None:  # the first assignment: nothing is kept
-            self._subscription.assign_from_subscribed(new)
-            return
-        revoked, added = assignment.tps - new, new - assignment.tps
-        for tp in revoked:
-            assignment.state_value(tp).pause()
-        for tp in added:
-            assert tp.topic in self._subscription.subscription.topics, tp
-            assignment._tp_state[tp] = TopicPartitionState(assignment)  # awaits its reset
-        assignment._topic_partitions = frozenset(new)
-        if added:
-            # The fetcher looks at the assignment when it wakes (up to 200 ms idle):
-            # the added partitions' committed offsets are fetched at once.
-            self._fetcher._notify(self._fetcher._wait_consume_future)
+        """Take ``new`` as the assignment; kept partitions read on from where they were."""
+        subscription = self._subscription.subscription
+        before = subscription.assignment
+        kept = {
+            tp: state
+            for tp in new
+            if before is not None and (state := before.state_value(tp)) is not None
+        }
+        self._subscription.assign_from_subscribed(new)
+        after = subscription.assignment
+        for tp, old in kept.items():
+            state = after.state_value(tp)
+            if old.has_valid_position:
+                state.reset_to(old.position)
+            state.highwater, state.lso, state.timestamp = old.highwater, old.lso, old.timestamp
+            if old.paused:
+                state.pause()
 
     async def _lose(self, owned: set[TopicPartition], *, reason: str) -> None:
         log.warning(
