@@ -66,6 +66,7 @@ import structlog
 from _common import cluster, create_topic
 from confluent_kafka import KafkaError, Message, Producer
 
+import fairstream
 from fairstream import App, ConsumerConfig, Record
 
 ASSIGNED = frozenset({"partitions_assigned", "cooperative_assignment"})
@@ -375,13 +376,23 @@ def print_table(runs: list[Run]) -> None:
 
 
 def commit() -> str:
+    """The checkout and commit of the fairstream this imported, not of the working directory.
+
+    Run as ``python benchmarks/rebalance.py``, the script's directory is on the path, not
+    the checkout: without ``PYTHONPATH`` the venv's installed fairstream is measured,
+    which may be another checkout.
+    """
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(fairstream.__file__)))
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+            ["git", "-C", checkout, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
         )
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return out.stdout.strip()
+        return f"unknown ({checkout})"
+    return f"{out.stdout.strip()} ({checkout})"
 
 
 async def bench(args: argparse.Namespace) -> None:

@@ -61,6 +61,7 @@ from typing import Any, Protocol
 
 import structlog
 from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka.consumer.fetcher import Fetcher
 from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.consumer.subscription_state import Assignment as Assigned
 from aiokafka.consumer.subscription_state import Subscription, TopicPartitionState
@@ -88,6 +89,12 @@ _EXPECTED = {
 
 _STATE = ("reset_to", "pause", "has_valid_position", "position", "paused")
 _SUBSCRIPTION = ("assign_from_subscribed", "assigned_partitions", "subscription", "listener")
+_FETCH_LOOP = {
+    Fetcher._fetch_requests_routine: ("_get_actions_per_node", "_pending_tasks"),
+    Fetcher._get_actions_per_node: ("_in_flight",),
+}
+"""Functions of aiokafka's fetcher, with the private names they must use for
+:func:`_look_again_after_finished_fetches` to apply."""
 
 
 _COMMITTING: ContextVar[bool] = ContextVar("fairstream_cooperative_commit", default=False)
@@ -121,8 +128,15 @@ def unsupported(coordinator: Any) -> str | None:
     missing += [a for a in _STATE if not hasattr(TopicPartitionState, a)]
     missing += [a for a in ("assignment", "_assign") if not hasattr(Subscription, a)]
     missing += [a for a in ("state_value", "tps") if not hasattr(Assigned, a)]
+    missing += [
+        f"{function.__qualname__} using {name}"
+        for function, names in _FETCH_LOOP.items()
+        for name in names
+        if name not in function.__code__.co_names
+    ]
     if missing or not hasattr(coordinator, "generation") or not hasattr(coordinator, "member_id"):
-        return f"aiokafka's subscription state lacks {missing or ['generation/member_id']}"
+        lacking = missing or ["generation/member_id"]
+        return f"aiokafka's subscription state or fetcher lacks {lacking}"
     return None
 
 
@@ -136,6 +150,9 @@ def make_cooperative(consumer: Any, owner: Owner, *, rejoin_after_s: float) -> N
     """
     coordinator: Any = getattr(consumer, "_coordinator", None)
     reason = unsupported(coordinator)
+    fetcher = getattr(consumer, "_fetcher", None)
+    if reason is None and type(fetcher) is not Fetcher:
+        reason = f"the consumer's fetcher is {type(fetcher).__name__}, not Fetcher"
     if reason is not None:
         raise ConfigError(
             "cooperative",
@@ -143,6 +160,7 @@ def make_cooperative(consumer: Any, owner: Owner, *, rejoin_after_s: float) -> N
             f"this aiokafka cannot rebalance cooperatively: {reason}",
             "use cooperative=False, or the aiokafka version fairstream pins",
         )
+    _look_again_after_finished_fetches(fetcher)
     hook = _Cooperative(coordinator, owner, rejoin_after_s)
     coordinator._on_join_prepare = hook.prepare
     coordinator._on_join_complete = hook.complete
@@ -163,6 +181,33 @@ def make_cooperative(consumer: Any, owner: Owner, *, rejoin_after_s: float) -> N
 
     coordinator._do_commit_offsets = commit_offsets
     coordinator.reset_generation = reset_generation
+
+
+def _look_again_after_finished_fetches(fetcher: Any) -> None:
+    """Keep aiokafka's fetcher from sleeping 200 ms on a fetch that already finished.
+
+    The fetcher marks a broker busy while a request to it is in flight and unmarks it
+    in the request task's done callback. Every cooperative round hands aiokafka a new
+    assignment (``_Cooperative._reassign``), which restarts its fetch loop: the loop
+    drops its request tasks and looks at the new assignment at once. When a fetch
+    answer arrived in that same event-loop turn, its task is done but the callback has
+    not run: the broker still looks busy, no fetch is sent, and the loop sleeps its
+    200 ms poll timeout with no task left to wake it. noida answers in 20 ms ticks, so
+    kept partitions stalled ~0.2 s in one cooperative round in three, each time with
+    such a stale mark (benchmarks/RESULTS.md, #23). Any other wake-up (a resumed
+    partition, a consumed buffer) can meet the same turn. Here the loop waits no time
+    while only finished requests are marked in flight, so it looks again once the
+    callback ran.
+    """
+    actions = fetcher._get_actions_per_node
+
+    def get_actions_per_node(assignment: Any) -> tuple[Any, Any, float, bool, Any]:
+        fetches, resets, timeout, invalid_metadata, resumes = actions(assignment)
+        if fetcher._in_flight and all(task.done() for task in fetcher._pending_tasks):
+            timeout = 0
+        return fetches, resets, timeout, invalid_metadata, resumes
+
+    fetcher._get_actions_per_node = get_actions_per_node
 
 
 class _Cooperative:

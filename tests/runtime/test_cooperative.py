@@ -8,6 +8,7 @@ import json
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.cluster import ClusterMetadata
+from aiokafka.consumer.fetcher import Fetcher
 from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance, GroupCoordinator
 from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberAssignment,
@@ -66,6 +67,8 @@ async def test_the_pinned_aiokafka_has_what_the_hook_relies_on(noida: Broker) ->
         make_cooperative(consumer, make_assignor("sticky", cooperative=True), rejoin_after_s=0.5)
         assert coordinator._on_join_prepare.__qualname__ == "_Cooperative.prepare"
         assert coordinator._on_join_complete.__qualname__ == "_Cooperative.complete"
+        wrapped = consumer._fetcher._get_actions_per_node.__qualname__
+        assert wrapped.startswith("_look_again_after_finished_fetches."), wrapped
     finally:
         await consumer.stop()
     # The calls the replaced methods stand in for, where aiokafka makes them.
@@ -76,6 +79,9 @@ async def test_the_pinned_aiokafka_has_what_the_hook_relies_on(noida: Broker) ->
         GroupCoordinator._do_commit_offsets: "self.reset_generation()",
         CoordinatorGroupRebalance.perform_group_join: "self._coordinator.reset_generation()",
         GroupCoordinator._on_join_complete: "self._subscription.assign_from_subscribed(",
+        # What _look_again_after_finished_fetches wraps: the wait of the fetch loop.
+        Fetcher._fetch_requests_routine: "timeout,\n                    invalid_metadata,",
+        Fetcher._get_actions_per_node: "backoff,\n            invalid_metadata,",
     }
     for function, call in calls.items():
         assert call in inspect.getsource(function), f"{function.__qualname__} no longer has {call}"
