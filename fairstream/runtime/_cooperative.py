@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import weakref
 from contextvars import ContextVar
 from typing import Any, Protocol
 
@@ -165,8 +166,17 @@ def make_cooperative(consumer: Any, owner: Owner, *, rejoin_after_s: float) -> N
     coordinator._on_join_prepare = hook.prepare
     coordinator._on_join_complete = hook.complete
     commit, reset = coordinator._do_commit_offsets, coordinator.reset_generation
+    watched: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
     async def commit_offsets(assignment: Any, offsets: Any) -> Any:
+        # aiokafka runs this under asyncio.shield: when the commit's caller gave up
+        # (commit_timeout), a refusal (ILLEGAL_GENERATION while noida prepares a
+        # rebalance) ended a task nobody awaits, and asyncio printed "Task exception
+        # was never retrieved" with its traceback. The caller logs what it sees.
+        task = asyncio.current_task()
+        if task is not None and task not in watched:  # once per task, however long it lives
+            watched.add(task)
+            task.add_done_callback(_retrieve)
         token = _COMMITTING.set(True)
         try:
             return await commit(assignment, offsets)
@@ -181,6 +191,12 @@ def make_cooperative(consumer: Any, owner: Owner, *, rejoin_after_s: float) -> N
 
     coordinator._do_commit_offsets = commit_offsets
     coordinator.reset_generation = reset_generation
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Mark a finished commit task's outcome as seen (see ``commit_offsets``)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _look_again_after_finished_fetches(fetcher: Any) -> None:
