@@ -21,10 +21,6 @@ so the shadow never holds every handler slot.
 A lane may be *single* (a record handler): each of its dispatches holds one
 partition, so the partitions of one subscriber run side by side instead of one
 after another inside a dispatch, up to the lane's ``limit`` dispatches at once.
-While its handler is *quick* (:meth:`FairScheduler.pace`), running partitions side
-by side gains nothing, and a dispatch again takes a quota from several partitions
-in turn, as a batch lane's does: each dispatch costs a worker's turn, a cancel
-scope and a checkpoint, a tenth of a no-op handler's cost per record.
 """
 
 from __future__ import annotations
@@ -139,7 +135,6 @@ class FairScheduler(Generic[R]):
         self._limits: dict[int, int] = {}
         self._lanes: deque[Lane] = deque()
         self._single: set[int] = set()
-        self._quick: set[int] = set()
         self._lane_limit: dict[int, int] = {}
         self._lane_running: dict[int, int] = {}
         self.buffered = 0
@@ -159,14 +154,6 @@ class FairScheduler(Generic[R]):
         if single:
             self._single.add(lane)
         self._lane_limit[lane] = limit
-
-    def pace(self, lane: int, *, quick: bool) -> None:
-        """How the lane's last dispatch ran: ``quick`` lets single lanes take several
-        partitions per dispatch until a dispatch is slow again."""
-        if quick:
-            self._quick.add(lane)
-        else:
-            self._quick.discard(lane)
 
     def _table(self, replay: bool) -> dict[TP, PartitionQueue[R]]:
         return self.shadows if replay else self.queues
@@ -223,7 +210,7 @@ class FairScheduler(Generic[R]):
             ring = self._rings[key]
             slices: list[Slice[R]] = []
             room = self._limits[lane]
-            single = lane in self._single and not replay and lane not in self._quick
+            single = lane in self._single and not replay
             while ring and room > 0 and not (single and slices):
                 queue = ring.popleft()
                 bytes_before = queue.nbytes

@@ -17,7 +17,6 @@ run out.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
 
@@ -33,10 +32,6 @@ from fairstream.runtime._scheduler import Dispatch, FairScheduler
 from fairstream.runtime._subscriber import Subscriber
 
 __all__ = ["InFlight", "Workers"]
-
-_QUICK_S = 20e-6
-"""A record handler that takes less per record than this gains nothing from running
-partitions side by side (:meth:`FairScheduler.pace`); one that awaits I/O takes ms."""
 
 
 class Workers:
@@ -152,14 +147,8 @@ class Workers:
                 keyed = None if dispatch.replay else self._keyed.get(dispatch.lane)
                 if keyed is not None:
                     await keyed.admit(dispatch)
-                elif dispatch.replay or subscriber.batch:
-                    await self._runner.run(subscriber, dispatch)
                 else:
-                    started = time.perf_counter()
                     await self._runner.run(subscriber, dispatch)
-                    took = time.perf_counter() - started
-                    records = sum(len(piece.records) for piece in dispatch.slices)
-                    self._scheduler.pace(dispatch.lane, quick=took < records * _QUICK_S)
         except FairstreamError as exc:
             self._fail(exc)
         finally:

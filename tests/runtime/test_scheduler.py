@@ -122,18 +122,3 @@ def test_a_single_lane_dispatches_one_partition_at_a_time_up_to_its_limit() -> N
     scheduler.release(first)
     third = scheduler.next_dispatch()
     assert third is not None and [s.tp for s in third.slices] == [("t", 2)]
-
-
-def test_a_quick_single_lane_takes_a_quota_of_each_partition_until_it_is_slow_again() -> None:
-    scheduler = _scheduler(quota=10, max_batch=1_000, partitions=3)
-    scheduler.configure_lane(0, single=True, limit=2)
-    for p in range(3):
-        scheduler.push(("t", p), list(range(25)), nbytes=25)
-    scheduler.pace(0, quick=True)
-    quick = scheduler.next_dispatch()
-    assert quick is not None
-    assert [(s.tp, len(s.records)) for s in quick.slices] == [(("t", p), 10) for p in range(3)]
-    scheduler.release(quick)
-    scheduler.pace(0, quick=False)
-    slow = scheduler.next_dispatch()
-    assert slow is not None and [s.tp for s in slow.slices] == [("t", 0)]
