@@ -144,6 +144,38 @@ async def test_a_slow_partition_does_not_hold_the_partitions_fetched_with_it(
     assert handled == set(range(4))
 
 
+async def test_a_record_that_turns_slow_does_not_hold_the_other_partitions(
+    backend: Backend, group_id: str
+) -> None:
+    """A handler that has been quick so far meets one slow record: the partitions
+    beside it go on meanwhile. (Letting a quick handler's dispatch take several
+    partitions, to save a worker turn each, made them wait that record out.)"""
+    partitions, per_partition = 4, 300
+    topic = await backend.create_topic(partitions)
+    await backend.produce(topic, [(p, b"x") for p in range(partitions)] * per_partition)
+    app = backend.app(group_id=group_id, scheduler=QUICK)
+    counts = [0] * partitions
+    others_done, all_done = anyio.Event(), anyio.Event()
+    held: list[bool] = []
+
+    @app.subscriber(topic)
+    async def handle(record: Record[bytes]) -> None:
+        counts[record.partition] += 1
+        if record.partition == 0 and counts[0] == per_partition // 2:
+            with anyio.move_on_after(10):
+                await others_done.wait()
+            held.append(others_done.is_set())
+        elif all(counts[p] == per_partition for p in range(1, partitions)):
+            others_done.set()
+        if counts == [per_partition] * partitions:
+            all_done.set()
+
+    async with app:
+        with anyio.fail_after(60):
+            await all_done.wait()
+    assert held == [True], "the other partitions waited for partition 0's slow record"
+
+
 @pytest.mark.parametrize("ordering", ["key", "none"])
 async def test_concurrency_bounds_records_in_flight(
     backend: Backend, group_id: str, ordering: str
