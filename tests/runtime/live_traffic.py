@@ -10,6 +10,11 @@ from aiokafka import AIOKafkaProducer
 from fairstream import App
 
 
+def numbered(partition: int, seq: int) -> tuple[str, bytes | None]:
+    """The value ``"<partition>-<seq>"``, no key."""
+    return f"{partition}-{seq}", None
+
+
 async def produce_steadily(
     bootstrap: str,
     topic: str,
@@ -18,16 +23,20 @@ async def produce_steadily(
     every_s: float,
     written: set[str],
     stop: anyio.Event,
+    record: Callable[[int, int], tuple[str, bytes | None]] = numbered,
 ) -> None:
-    """One record ``"<partition>-<seq>"`` to every partition each ``every_s``, until ``stop``."""
+    """One record to every partition each ``every_s``, until ``stop``.
+
+    ``record(partition, seq)`` gives its value and key (:func:`numbered` by default).
+    """
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
     await producer.start()
     try:
         seq = 0
         while not stop.is_set():
             for partition in range(partitions):
-                value = f"{partition}-{seq}"
-                await producer.send(topic, value.encode(), partition=partition)
+                value, key = record(partition, seq)
+                await producer.send(topic, value.encode(), key=key, partition=partition)
                 written.add(value)
             seq += 1
             await anyio.sleep(every_s)

@@ -17,6 +17,7 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import anyio
@@ -27,7 +28,7 @@ from structlog.testing import capture_logs
 from fairstream import App, ConsumerConfig, ParallelRebalance, Record, SchedulerConfig
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic
-from tests.runtime.live_traffic import run_until, wait_until
+from tests.runtime.live_traffic import produce_steadily, run_until, wait_until
 
 pytestmark = pytest.mark.broker
 
@@ -110,22 +111,9 @@ def _member(noida: Broker, group_id: str, topic: str, name: str, handled: Handle
     return app
 
 
-async def _trickle(bootstrap: str, topic: str, written: set[str], stop: anyio.Event) -> None:
-    """A record to each partition every ``TRICKLE_S``, with a key of its own, until ``stop``."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
-    await producer.start()
-    try:
-        seq = 0
-        while not stop.is_set():
-            for p in range(PARTITIONS):
-                value = f"t-{p}-{KEYS}-{seq}"
-                await producer.send(topic, value.encode(), key=f"k{p}-t".encode(), partition=p)
-                written.add(value)
-            seq += 1
-            await anyio.sleep(TRICKLE_S)
-        await producer.flush()
-    finally:
-        await producer.stop()
+def _trickled(partition: int, seq: int) -> tuple[str, bytes | None]:
+    """A trickle record: a key of its own per partition, beside the backlog's keys."""
+    return f"t-{partition}-{KEYS}-{seq}", f"k{partition}-t".encode()
 
 
 def _partitions(logs: Sequence[Mapping[str, Any]], event: str, key: str = "partitions") -> set[int]:
@@ -159,7 +147,18 @@ async def test_moved_partitions_jump_and_kept_shadows_run_on(noida: Broker, grou
             await _produce(noida.bootstrap, topic, burst)
             written |= {value for *_, value in burst}
             trickling = anyio.Event()
-            tasks.start_soon(_trickle, noida.bootstrap, topic, written, trickling)
+            tasks.start_soon(
+                partial(
+                    produce_steadily,
+                    noida.bootstrap,
+                    topic,
+                    partitions=PARTITIONS,
+                    every_s=TRICKLE_S,
+                    written=written,
+                    stop=trickling,
+                    record=_trickled,
+                )
+            )
             joined_at, join_logs = time.monotonic(), len(logs)
             tasks.start_soon(run_until, _member(noida, group_id, topic, "m2", handled), stop)
             # The join is over once the third member handles a record: its shadow's.
