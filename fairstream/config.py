@@ -224,11 +224,12 @@ class SchedulerConfig:
     pulled from aiokafka only into partition queues below ``queue_target_records``
     and ``queue_target_bytes``, and one pull brings at most what is left under
     ``max_buffered_records`` (the records decoded ahead of the handlers in all
-    live queues together), and no more than an even share of it per partition
-    wanting records, or one queue target if that is more: aiokafka fills a pull
-    from one partition after another, so a bigger pull would let one backlog
-    partition take the whole buffer while a slow handler leaves the others idle
-    (``benchmarks/RESULTS.md``, "Concurrency"). A KIP-333 shadow reads into a queue
+    live queues together), taking from each partition in turn no more than its
+    queue has room for: so one backlog partition never takes the whole buffer while
+    a slow handler leaves the others idle (``benchmarks/RESULTS.md``,
+    "Concurrency"), and partitions the buffer cannot all hold at once take turns in
+    it. (MemoryBroker and an aiokafka this fairstream does not know pull an even
+    share of the room per partition instead.) A KIP-333 shadow reads into a queue
     of its own, up to ``queue_target_records`` plus one read, so it never takes the
     live pulls' room.
     ``max_buffered_bytes`` bounds the size of all queues, shadows included.

@@ -34,6 +34,7 @@ from aiokafka.errors import KafkaError
 from fairstream.config import SchedulerConfig
 from fairstream.errors import BrokerError, FairstreamError, describe
 from fairstream.runtime._ports import KafkaClients, consumer_broken
+from fairstream.runtime._pull_in_turn import pull_in_turn
 from fairstream.runtime._record import TP, Record, as_records, record_bytes
 from fairstream.runtime._scheduler import Dispatch, FairScheduler, PartitionQueue
 
@@ -101,6 +102,12 @@ class Fetcher:
         """The offset after the last record delivered per partition, since the assignment."""
         self._aside: dict[TopicPartition, tuple[int, float]] = {}
         """Partitions whose fetch failed: failures in a row, and when to try again."""
+        self._hooked: object = None
+        self._in_turn = False
+        """Whether ``_hooked``, the consumer, pulls from each partition in turn
+        (:func:`pull_in_turn`); else a pull is small, to stay fair."""
+        self._record_size = 1
+        """Bytes per record in the last pull, to keep a pull within ``max_buffered_bytes``."""
         self.rebuilt = 0
         """Consumers rebuilt since the app started (for ``app.stats()``)."""
 
@@ -120,6 +127,9 @@ class Fetcher:
         """Pull what the queues have room for until :meth:`stop`."""
         scheduler = self._scheduler
         while not self._stopping:
+            if self._hooked is not self._clients.consumer:  # the first, or a rebuilt one
+                self._hooked = self._clients.consumer
+                self._in_turn = pull_in_turn(self._hooked, self._allowance)
             wanted, room = self._wanted()
             retry_in = self._leave_aside(wanted) if wanted is not None and self._aside else None
             if wanted is not None and not wanted:
@@ -161,7 +171,9 @@ class Fetcher:
                     self._next[key] = records[-1].offset + 1
                     if self._aside:
                         self._aside.pop(tp, None)
-                    queue = scheduler.push(key, records, record_bytes(records))
+                    nbytes = record_bytes(records)
+                    self._record_size = nbytes // len(records) + 1
+                    queue = scheduler.push(key, records, nbytes)
                     if not queue.paused and self._held(queue):
                         queue.paused = True
                         self._unheld.pop(key, None)
@@ -240,22 +252,27 @@ class Fetcher:
     def _wanted(self) -> tuple[list[TopicPartition] | None, int]:
         """The partitions to pull now, and how many records one pull may bring.
 
-        ``None`` names no partition, so aiokafka pulls every assigned one it may
-        (not the paused ones): before the first assignment, because a consumer joins
-        its group only while polled, and whenever every live queue is wanted, because
-        aiokafka checks each named partition in every pull (a type check over all
-        of them, then a linear search per buffered partition), which cost more than
-        the records themselves at thousands of partitions.
+        A pull brings at most what is left under ``max_buffered_records`` (and, at
+        the last pull's bytes per record, under ``max_buffered_bytes``). A queue at
+        its target or above is *held* (``paused`` in the stats) until the scheduler
+        drains it below, so a backlog partition that aiokafka lists first cannot take
+        every pull.
 
-        A queue at its target or above is *held* (``paused`` in the stats) until the
-        scheduler drains it below, so a backlog partition that aiokafka lists first
-        cannot take every pull. A pull brings at most what is left under
-        ``max_buffered_records``, and no more than an even share of that room per
-        wanted partition (but at least a queue's target): aiokafka fills a pull from one
-        partition after another, so a pull as big as the room gave the first backlog
-        partition the whole buffer, and with a slow handler the others waited for that
-        one queue to drain. Big shares keep pulls few when the partitions are few. The
-        poll that joins the group knows no partition yet, so it brings one target.
+        Where the consumer pulls in turn (:func:`pull_in_turn`, aiokafka's own
+        consumer), a pull names no partition: :meth:`_allowance` gives each buffered
+        partition what its queue has room for, in turn, so one pull fills many queues.
+
+        Elsewhere ``None`` names no partition, so aiokafka pulls every assigned one it
+        may (not the paused ones): before the first assignment, because a consumer
+        joins its group only while polled, and whenever every live queue is wanted,
+        because aiokafka checks each named partition in every pull (a type check
+        over all of them, then a linear search per buffered partition), which cost
+        more than the records themselves at thousands of partitions. And a pull brings
+        no more than an even share of the room per wanted partition (but at least a
+        queue's target): aiokafka fills a pull from one partition after another, so a
+        pull as big as the room gave the first backlog partition the whole buffer, and
+        with a slow handler the others waited for that one queue to drain. The poll
+        that joins the group knows no partition yet, so it brings one target.
         """
         scheduler = self._scheduler
         if not self._has_room():
@@ -269,15 +286,34 @@ class Fetcher:
                 for queue in scheduler.queues.values()
                 if not self._hold(queue)
             }
-        unheld = self._unheld
         config = self._config
-        room = config.max_buffered_records - scheduler.live_buffered
+        room = min(
+            config.max_buffered_records - scheduler.live_buffered,
+            (config.max_buffered_bytes - scheduler.buffered_bytes) // self._record_size + 1,
+        )
+        if self._in_turn:
+            return None, room
+        unheld = self._unheld
         if not scheduler.queues:  # the join poll
             return None, min(room, config.queue_target_records)
         share = min(room, max(config.queue_target_records, room // max(len(unheld), 1)))
         if len(unheld) == len(scheduler.queues) and not self._aside:
             return None, share
         return list(unheld.values()), share
+
+    def _allowance(self, tp: TopicPartition) -> int:
+        """Records partition ``tp`` may give a pull: what its queue has room for.
+
+        None for a partition without a live queue (not ours yet, or a revoked one),
+        a held one, or one set aside whose backoff is not over. aiokafka's
+        ``TopicPartition`` is a tuple, so it finds the queue of ``(topic, partition)``.
+        """
+        queue = self._scheduler.queues.get(tp)
+        if queue is None or queue.paused:
+            return 0
+        if self._aside and self._aside.get(tp, (0, 0.0))[1] > time.monotonic():
+            return 0
+        return self._config.queue_target_records - queue.count
 
     async def _rebuild_consumer(self, reason: str) -> bool:
         """Release every partition, then replace the consumer; ``False``: gave up (failed).

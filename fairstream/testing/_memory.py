@@ -244,6 +244,8 @@ class _MemoryConsumer:
                     budget -= len(chunk)
                     self._positions[tp] = position + len(chunk)
                     batches[tp] = chunk
+            for tp in batches:  # their turn is over: the others go first next time
+                self._positions[tp] = self._positions.pop(tp)
             remaining = deadline - anyio.current_time()
             if batches or remaining <= 0:
                 return batches

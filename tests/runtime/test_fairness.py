@@ -137,3 +137,36 @@ async def test_slow_handler_runs_every_backlog_partition_at_once(
     shares = [order[:watched].count(p) for p in range(partitions)]
     # Four lanes in parallel give each ~50 of the first 200; starved ones got ~0.
     assert min(shares) >= watched // (4 * partitions), f"records per partition: {shares}"
+
+
+async def test_more_backlog_partitions_than_the_buffer_holds_take_turns(
+    backend: Backend, group_id: str
+) -> None:
+    """Partitions whose queues the shared buffer cannot all hold are pulled in turn.
+
+    The default buffer (2,000 records) holds ten queue targets (200). aiokafka keeps
+    its fetched buffers in the order the fetches arrived and drained the first ones
+    first, so each room a slow handler made went back to the same ten partitions
+    while the other fourteen waited for their fetched records to run out (~1,000
+    records each here). A pull now takes from each partition in turn.
+    """
+    partitions, per_partition, watched = 24, 1_000, 2_400
+    topic = await backend.create_topic(partitions)
+    await backend.produce(topic, [(p, b"x" * 100) for p in range(partitions)] * per_partition)
+    app = backend.app(group_id=group_id)
+    order: list[int] = []
+    done = anyio.Event()
+
+    @app.subscriber(topic)
+    async def handle(record: Record[bytes]) -> None:
+        order.append(record.partition)
+        if len(order) == watched:
+            done.set()
+        await anyio.sleep(0.005)
+
+    async with app:
+        with anyio.fail_after(60):
+            await done.wait()
+
+    shares = [order[:watched].count(p) for p in range(partitions)]
+    assert min(shares) >= watched // (4 * partitions), f"records per partition: {shares}"
