@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
@@ -75,29 +74,33 @@ class DispatchRunner:
         self,
         subscriber: Subscriber,
         tp: TP,
-        chain: deque[Record[bytes]],
+        chain: list[Record[bytes]],
         limit: int,
         popped: Callable[[int], None],
     ) -> None:
         """Handle up to ``limit`` records from the front of a keyed lane's chain.
 
-        The same steps as a slice's loop (decode, handler, retry, dead letter), and
-        each record is finished (and popped) when it is done (handled or given up),
-        so a cancel or a ``stop`` leaves the one in hand unfinished and in the chain.
-        ``popped`` is told how many were done, also when the run is cut short.
+        The same loop as a slice's (decode, handler, retry, dead letter) over the
+        first records of the chain (the lane only appends to it meanwhile). The ones
+        done (handled or given up) are then finished and dropped from the chain in one
+        step each, also when the run is cut short: a cancel or a ``stop`` leaves the
+        one in hand unfinished and in the chain. ``popped`` is told how many.
         """
         handler = subscriber.handler
         decode = subscriber.decoder
         # With manual acks the user's commit finishes a record, not its handling.
         finish = _unfinished if self._manual_ack else self._offsets.finisher(tp)
+        records = chain[:limit]
         slot = RecordSlot()
         token = current_record.set(slot)
         started = time.perf_counter()
-        done = 0
+        finished = False
         try:
-            while chain and done < limit and not self.halted:
-                queued = slot.record = chain[0]
-                if decode is passthrough:
+            if decode is passthrough:
+                for queued in records:
+                    slot.record = queued
+                    if self.halted:
+                        break
                     try:
                         await handler(queued)
                     except Exception as exc:
@@ -105,17 +108,25 @@ class DispatchRunner:
                     except asyncio.CancelledError as exc:
                         await self._retry(subscriber, queued, queued, stray_cancellation(exc))
                 else:
+                    finished = True
+            else:
+                for queued in records:
+                    slot.record = queued
+                    if self.halted:
+                        break
                     await self._decode_and_handle(subscriber, queued)
-                finish(queued.offset)
-                chain.popleft()
-                done += 1
+                else:
+                    finished = True
         except (Exception, asyncio.CancelledError):
             raise
         except BaseException as exc:
             raise _aborted(slot.record, exc) from exc
         finally:
             current_record.reset(token)
+            done = len(records) if finished else _done_before(records, slot.record)
             if done:
+                finish(records[:done] if done < len(records) else records)
+                del chain[:done]
                 self._stats.handled(tp, done, time.perf_counter() - started)
                 popped(done)
 
@@ -133,10 +144,10 @@ class DispatchRunner:
         except asyncio.CancelledError as exc:
             await self._retry(subscriber, decoded, queued, stray_cancellation(exc))
 
-    def admitting(self, tp: TP, first: int) -> deque[int] | None:
-        """Where to append the offsets of ``tp`` about to run out of order, from ``first``:
-        the watermark stays below them until they finish (``None``: not owned)."""
-        return self._offsets.admitting(tp, first)
+    def admit(self, tp: TP, records: list[Record[bytes]]) -> bool:
+        """``records`` of ``tp`` are about to run out of order: the watermark stays below
+        them until they finish (``False``: ``tp`` is not owned)."""
+        return self._offsets.admit_all(tp, records)
 
     def skip(self, tp: TP) -> tuple[OffsetRange, ...]:
         """Offsets of ``tp`` a previous owner finished: not to be run again."""
@@ -334,5 +345,13 @@ def _progress(
     return done, sum(1 for r in records if r.offset < done)
 
 
-def _unfinished(offset: int) -> None:
+def _done_before(records: list[Record[bytes]], in_hand: Record[bytes] | None) -> int:
+    """How many of a run's ``records`` came before ``in_hand``, the one it was cut at."""
+    for done, record in enumerate(records):
+        if record is in_hand:
+            return done
+    return 0
+
+
+def _unfinished(records: Sequence[Record[bytes]]) -> None:
     """Manual acks: handling a record does not finish it (``app.commit`` does)."""

@@ -15,9 +15,10 @@ handled unless a range in the metadata still holds them - so a crash at any mome
 loses nothing.
 
 Under ``ordering="key"`` or ``"none"`` records of a partition finish out of order.
-Each record is *admitted* (in offset order) before it runs and *finished* after;
-the watermark is then the lowest admitted record not finished, and the finished
-ones above it are kept apart (``done``). Each commit writes them into the metadata
+Each record is *admitted* (in offset order, a slice at a time) before it runs and
+*finished* after (a key's run of records at a time); the watermark is then the
+lowest admitted record not finished, and the finished ones above it are marked
+(``marks``, a byte an offset). Each commit writes them into the metadata
 as an offset map (:func:`fairstream.ranges.encode_metadata`, beside the shadow
 ranges); the next owner reads the map back (``skip``) and does not run those
 records again. A map that does not fit is left out: the plain watermark only
@@ -26,9 +27,9 @@ repeats work.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from fairstream.ranges import (
     OffsetRange,
@@ -39,7 +40,11 @@ from fairstream.ranges import (
     is_ours,
     merge_ranges,
 )
-from fairstream.runtime._record import TP
+from fairstream.runtime._record import TP, Record
+
+_COMPACT_AT = 4096
+"""Finished offsets below the watermark kept in ``marks`` before they are dropped."""
+_ONES = b"\x01" * 256
 
 __all__ = ["OffsetTracker", "PartitionOffsets", "clip_below"]
 
@@ -60,35 +65,92 @@ class PartitionOffsets:
     metadata: str = ""
     committed_metadata: str = ""
     shadow: tuple[OffsetRange, ...] = field(default_factory=tuple)
-    open: deque[int] = field(default_factory=deque)
-    """Admitted offsets, ascending, from the lowest one not finished (keyed lanes)."""
-    done: set[int] = field(default_factory=set)
-    """Finished offsets in ``open`` above its first: they wait for it to finish."""
+    marks: bytearray = field(default_factory=bytearray)
+    """Admitted offsets from ``base`` on, a byte each (keyed lanes): 0 while the record
+    runs or waits, 1 once it finished (or when no record was admitted there: a gap
+    holds nothing to wait for). Bytes, not a set of offsets: a run of records is
+    admitted or finished with one slice assignment, and the watermark moves with one
+    ``find`` (C loops, where a set and a deque cost a Python step a record)."""
+    base: int = 0
+    head: int = 0
+    """Index in ``marks`` of the lowest unfinished offset (``len(marks)``: none)."""
     skip: tuple[OffsetRange, ...] = field(default_factory=tuple)
     """Records above the committed offset a previous owner finished (its offset map)."""
     keyed: bool = False
     """Records were admitted out of order: commits carry the offset map."""
     map_dropped: bool = False
 
+    def admit(self, start: int, stop: int) -> None:
+        """Offsets ``start`` to ``stop - 1`` start out of order; admitted in offset order."""
+        self.keyed = True
+        if self.handled is None:
+            self.handled = start  # the map needs a committed base, even at the start
+        marks = self.marks
+        head = self.head
+        if head == len(marks):  # nothing unfinished: start afresh here
+            marks.clear()
+            self.base = start
+            self.head = 0
+        elif head >= _COMPACT_AT:  # drop the finished prefix (one memmove)
+            del marks[:head]
+            self.base += head
+            self.head = 0
+        end = self.base + len(marks)
+        if start < end:  # admitted before (read again): not twice
+            start = end
+        elif start > end:
+            marks.extend(b"\x01" * (start - end))  # a gap: no record to wait for
+        if stop > start:
+            marks.extend(bytes(stop - start))
+
     def finish(self, offset: int) -> None:
         """The admitted record at ``offset`` is done: move the watermark if it can."""
-        opened = self.open
-        if not opened or offset < opened[0]:
-            return  # finished twice
-        if offset != opened[0]:
-            self.done.add(offset)
+        at = offset - self.base
+        marks = self.marks
+        if at < self.head or at >= len(marks) or marks[at]:
+            return  # not admitted, or finished twice
+        marks[at] = 1
+        if at == self.head:
+            self._moved(at + 1)
+
+    def finish_all(self, records: Sequence[Record[Any]]) -> None:
+        """The admitted ``records`` (in offset order) are done: one step if they are
+        consecutive offsets, as a key's run of records usually is."""
+        start = records[0].offset - self.base
+        stop = records[-1].offset + 1 - self.base
+        count = stop - start
+        if count != len(records) or start < self.head or stop > len(self.marks):
+            for record in records:
+                self.finish(record.offset)
             return
-        opened.popleft()
-        following = offset + 1
-        done = self.done
-        if done:
-            while opened and opened[0] in done:
-                first = opened.popleft()
-                done.discard(first)
-                following = first + 1
-        watermark = opened[0] if opened else following
+        self.marks[start:stop] = _ONES[:count] if count <= len(_ONES) else b"\x01" * count
+        if start == self.head:
+            self._moved(stop)
+
+    def _moved(self, after: int) -> None:
+        """The head record finished: the watermark moves to the next unfinished one."""
+        head = self.marks.find(0, after)
+        self.head = head = len(self.marks) if head < 0 else head
+        watermark = self.base + head
         if self.handled is None or watermark > self.handled:
             self.handled = watermark
+
+    def finished_above(self) -> list[OffsetRange]:
+        """The runs of finished offsets above the lowest unfinished one (the offset map)."""
+        marks, base = self.marks, self.base
+        ranges = []
+        at = self.head
+        while (start := marks.find(1, at)) >= 0:
+            at = marks.find(0, start)
+            if at < 0:
+                at = len(marks)
+            ranges.append(OffsetRange(base + start, base + at))
+        return ranges
+
+    @property
+    def unfinished(self) -> bool:
+        """Records were admitted out of order and are not all finished."""
+        return self.head < len(self.marks)
 
     @property
     def next_commit(self) -> int | None:
@@ -167,24 +229,25 @@ class OffsetTracker:
         if state is not None and (state.handled is None or next_offset > state.handled):
             state.handled = next_offset
 
-    def admitting(self, tp: TP, first: int) -> deque[int] | None:
-        """The admitted offsets of ``tp``, to append to in offset order from ``first``.
-
-        Handed out once per slice so admitting a record costs one append.
-        """
-        state = self.partitions.get(tp)
-        if state is None:
-            return None
-        state.keyed = True
-        if state.handled is None:
-            state.handled = first  # the map needs a committed base, even at the start
-        return state.open
-
     def admit(self, tp: TP, offset: int) -> None:
         """``offset`` starts out of order (keyed lane); admitted in offset order."""
-        opened = self.admitting(tp, offset)
-        if opened is not None:
-            opened.append(offset)
+        state = self.partitions.get(tp)
+        if state is not None:
+            state.admit(offset, offset + 1)
+
+    def admit_all(self, tp: TP, records: Sequence[Record[Any]]) -> bool:
+        """``records`` of ``tp`` (in offset order) start out of order: the watermark stays
+        below them until they finish. ``False``: ``tp`` is not owned."""
+        state = self.partitions.get(tp)
+        if state is None:
+            return False
+        first, last = records[0].offset, records[-1].offset
+        if last + 1 - first == len(records):
+            state.admit(first, last + 1)  # consecutive offsets: one step
+        else:
+            for record in records:
+                state.admit(record.offset, record.offset + 1)
+        return True
 
     def finish(self, tp: TP, offset: int) -> None:
         """The admitted record at ``offset`` is done: move the watermark if it can."""
@@ -192,19 +255,20 @@ class OffsetTracker:
         if state is not None:  # else not ours any more
             state.finish(offset)
 
-    def finisher(self, tp: TP) -> Callable[[int], None]:
-        """:meth:`finish` for ``tp``, looked up once for a run of its records.
+    def finisher(self, tp: TP) -> Callable[[Sequence[Record[Any]]], None]:
+        """:meth:`PartitionOffsets.finish_all` for ``tp``, looked up once for a run of
+        its records.
 
         If ``tp`` is revoked during the run the finishes land on the state it had,
         which is dropped: a later owner of ``tp`` does not see them.
         """
         state = self.partitions.get(tp)
-        return state.finish if state is not None else _not_ours
+        return state.finish_all if state is not None else _not_ours
 
     def out_of_order(self, tp: TP) -> bool:
         """Records of ``tp`` are admitted and not all finished (a keyed lane's)."""
         state = self.partitions.get(tp)
-        return state is not None and bool(state.open)
+        return state is not None and state.unfinished
 
     def pending(self, tps: set[TP] | None = None) -> dict[TP, tuple[int, str]]:
         """Offsets (and metadata) that differ from the last successful commit."""
@@ -220,7 +284,7 @@ class OffsetTracker:
     def _with_map(self, tp: TP, state: PartitionOffsets, offset: int) -> str:
         """The partition's metadata: its shadow ranges and the offset map above ``offset``."""
         state.skip = clip_below(state.skip, offset + 1)
-        finished = merge_ranges([*_as_ranges(state.done), *state.skip])
+        finished = merge_ranges([*state.finished_above(), *state.skip])
         text = encode_metadata(state.shadow, offset, finished) if self.maps else None
         if text is None:
             if self.maps and not state.map_dropped:
@@ -255,20 +319,5 @@ class OffsetTracker:
             self.partitions.pop(tp, None)
 
 
-def _not_ours(offset: int) -> None:
+def _not_ours(records: Sequence[Record[Any]]) -> None:
     """A finish for a partition that is not owned: nothing to move."""
-
-
-def _as_ranges(offsets: set[int]) -> list[OffsetRange]:
-    """Sorted offsets as runs of consecutive ones."""
-    ranges: list[OffsetRange] = []
-    start = end = -1
-    for offset in sorted(offsets):
-        if offset != end:
-            if end > start:
-                ranges.append(OffsetRange(start, end))
-            start = offset
-        end = offset + 1
-    if end > start:
-        ranges.append(OffsetRange(start, end))
-    return ranges

@@ -112,6 +112,58 @@ def test_a_map_that_does_not_fit_falls_back_to_the_watermark() -> None:
     assert offsets.overflowed == [(TP, 20_000)], "the fallback is logged once"
 
 
+def _records(*offsets: int) -> list[Record[bytes]]:
+    return [Record(TP[0], TP[1], o, None, b"", (), 0) for o in offsets]
+
+
+def test_a_slice_with_gaps_is_admitted_and_the_gaps_hold_nothing_back() -> None:
+    offsets = OffsetTracker()
+    offsets.assign(TP, committed=10)
+    assert offsets.admit_all(TP, _records(10, 11, 14, 15))  # 12, 13: no records there
+    finish = offsets.finisher(TP)
+    finish(_records(14, 15))  # not consecutive with the head: record by record
+    ((offset, metadata),) = offsets.pending().values()
+    assert (offset, decode_done(metadata, 10)) == (10, [OffsetRange(12, 16)])
+    assert offsets.out_of_order(TP)
+    finish(_records(10, 11))
+    assert offsets.pending() == {TP: (16, "")}
+    assert not offsets.out_of_order(TP)
+    assert not offsets.admit_all(("t", 1), _records(0))  # not owned
+
+
+def test_a_run_finished_at_once_moves_the_watermark_only_from_the_head() -> None:
+    offsets = OffsetTracker()
+    offsets.assign(TP, committed=0)
+    offsets.admit_all(TP, _records(*range(10)))
+    finish = offsets.finisher(TP)
+    finish(_records(3, 4, 5))
+    ((offset, metadata),) = offsets.pending().values()
+    assert (offset, decode_done(metadata, 0)) == (0, [OffsetRange(3, 6)])
+    finish(_records(0, 1, 2))
+    assert offsets.next_commit(TP) == 6
+    finish(_records(0, 1))  # finished twice: nothing moves back
+    assert offsets.next_commit(TP) == 6
+    offsets.admit_all(TP, _records(*range(5, 12)))  # read again from 5: only 10, 11 are new
+    finish(_records(6, 7, 8, 9))
+    assert offsets.next_commit(TP) == 10
+
+
+def test_the_watermark_and_map_hold_across_dropping_the_finished_prefix() -> None:
+    offsets = OffsetTracker()
+    offsets.assign(TP, committed=0)
+    finish = offsets.finisher(TP)
+    offsets.admit_all(TP, _records(*range(10_000)))
+    finish(_records(*range(5_000)))
+    finish(_records(6_000))
+    offsets.admit_all(TP, _records(10_000))  # drops the 5,000 finished below the head
+    ((offset, metadata),) = offsets.pending().values()
+    assert (offset, decode_done(metadata, 5_000)) == (5_000, [OffsetRange(6_000, 6_001)])
+    finish(_records(*range(5_000, 6_000)))
+    assert offsets.next_commit(TP) == 6_001
+    finish(_records(*range(6_001, 10_001)))
+    assert offsets.pending() == {TP: (10_001, "")}
+
+
 async def _committed(broker: Broker, group_id: str, topic: str) -> tuple[int, str] | None:
     async with BrokerAdmin(broker.bootstrap) as admin:
         found = await admin.committed_offsets(group_id, [TopicPartition(topic, 0)])
