@@ -133,6 +133,13 @@ class ConsumerConfig:
     every 30 s. A partition added to a topic the group already reads starts at its
     earliest offset whatever ``auto_offset_reset`` says, so the records written to
     it before the consumer noticed are not skipped (KAFKA-12478).
+
+    ``leave_group_on_stop`` is for static members (an ``instance_id``), which stay
+    in their group when they stop so that a restart takes their partitions back
+    without a rebalance: ``True`` makes a stop leave the group (LeaveGroup by
+    instance id, KIP-345), so the others take the partitions at once, for a member
+    that goes away for good (a scale down). A member without an ``instance_id``
+    always leaves.
     """
 
     auto_offset_reset: OffsetReset = "earliest"
@@ -143,6 +150,7 @@ class ConsumerConfig:
     max_partition_fetch_bytes: int = 1_048_576
     metadata_max_age_ms: int = 30_000
     client_id: str = "fairstream"
+    leave_group_on_stop: bool = False
 
     def __post_init__(self) -> None:
         _check_types(self)

@@ -33,6 +33,7 @@ from fairstream.runtime._drift import watch_drift
 from fairstream.runtime._join import offer_all_at_once
 from fairstream.runtime._ports import AppSettings, ConsumerPort, ShadowReader
 from fairstream.runtime._record import TP, Headers, Record, as_records
+from fairstream.runtime._static_leave import leave_when_stopped
 from fairstream.runtime._subscriber import Subscriber
 from fairstream.runtime._tls import tls_problem
 
@@ -362,7 +363,10 @@ class AIOKafkaClients:
         what start() opened, or it warns about unclosed clients at exit. The consumer
         goes first: stopping it cancels a rebalance listener still reading offsets
         through the admin client, which would otherwise reopen it after its close.
+        A static member leaves only with ``ConsumerConfig.leave_group_on_stop``.
         """
+        if self._config.leave_group_on_stop and self._instance_id:
+            leave_when_stopped(self._consumer, self._instance_id)
         for close in (self._consumer.stop, self._admin.aclose, self._producer.stop):
             await stop_quietly(close)
         await self._assignor.aclose()

@@ -70,7 +70,9 @@ class PartitionOffsets:
     runs or waits, 1 once it finished (or when no record was admitted there: a gap
     holds nothing to wait for). Bytes, not a set of offsets: a run of records is
     admitted or finished with one slice assignment, and the watermark moves with one
-    ``find`` (C loops, where a set and a deque cost a Python step a record)."""
+    ``find`` (C loops, where a set and a deque cost a Python step a record). A gap
+    in the offsets (a compacted topic) costs its length in bytes, for as long as a
+    record below it is unfinished."""
     base: int = 0
     head: int = 0
     """Index in ``marks`` of the lowest unfinished offset (``len(marks)``: none)."""

@@ -80,15 +80,17 @@ def _member(
     traffic: Traffic,
     cooperative: bool,
     *,
-    static: bool = True,
+    leaves: bool = False,
 ) -> App:
     app = App(
         bootstrap=broker.bootstrap,
         group_id=group_id,
         assignor="sticky",
         cooperative=cooperative,
-        instance_id=broker.instance_id(name) if static else None,
-        consumer=ConsumerConfig(heartbeat_interval_ms=500, session_timeout_ms=10_000),
+        instance_id=broker.instance_id(name),
+        consumer=ConsumerConfig(
+            heartbeat_interval_ms=500, session_timeout_ms=10_000, leave_group_on_stop=leaves
+        ),
         scheduler=SchedulerConfig(commit_interval=0.2),
     )
 
@@ -129,8 +131,9 @@ class Scenario:
 async def _scenario(broker: Broker, group_id: str, cooperative: bool, leave: bool) -> Scenario:
     """Three members, then a fourth joins (and, with ``leave``, leaves again).
 
-    The fourth is a dynamic member when it is to leave: aiokafka sends no LeaveGroup
-    for a static member, and noida never evicts one, so it would never leave.
+    The fourth leaves with ``leave_group_on_stop``: on noida members are static (it
+    never evicts one), and a static member stays in its group when it stops unless
+    it is told to leave.
     """
     topic = f"coop-{group_id[-8:]}"
     await create_topic(broker.bootstrap, topic, PARTITIONS)
@@ -163,7 +166,7 @@ async def _scenario(broker: Broker, group_id: str, cooperative: bool, leave: boo
                 tasks.start_soon(run_until, app, stop_first)
             await settle(names)
             scenario.joined_at = traffic.slow_from = time.monotonic()
-            fourth = _member(broker, group_id, topic, "m3", traffic, cooperative, static=not leave)
+            fourth = _member(broker, group_id, topic, "m3", traffic, cooperative, leaves=leave)
             tasks.start_soon(run_until, fourth, stop_fourth)
             scenario.join_settled_at = await settle({*names, "m3"})
             if leave:
@@ -222,16 +225,15 @@ async def test_cooperative_join_keeps_kept_partitions_flowing(
 
 
 async def test_cooperative_leave_moves_only_the_leavers_partitions(
-    tansu: Broker, group_id: str
+    broker: Broker, group_id: str
 ) -> None:
     """A fourth member joins, then leaves: its partitions go to the others at once.
 
-    Not on noida: a static member never leaves there (aiokafka sends no LeaveGroup
-    for one, noida never evicts), and a dynamic one is left out of the generation
-    it joins (noida answers its JoinGroup ~10 s later) and then rejoins under a new
-    member id, whose never-evicted old id makes every later rebalance wait 10 s.
+    On noida the leaver is a static member with ``leave_group_on_stop``: without it,
+    noida, which never evicts, would keep its partitions for ever (tansu evicts a
+    dynamic member after its session timeout; it ignores a LeaveGroup).
     """
-    run = await _scenario(tansu, group_id, cooperative=True, leave=True)
+    run = await _scenario(broker, group_id, cooperative=True, leave=True)
     moved = _check_join(run)
     traffic, logs = run.traffic, run.logs
     before = traffic.owners(run.left_at - 1.0, run.left_at)
