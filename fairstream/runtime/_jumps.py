@@ -73,15 +73,23 @@ class Jumps:
         tps: set[TP],
         committed: dict[TP, tuple[int, str] | None],
     ) -> tuple[dict[TP, CatchUp], dict[TP, int]]:
-        """The catch-up plans of ``tps`` and their retention gaps (:meth:`_deleted_unread`)."""
+        """The catch-up plans of ``tps``, and the log starts :meth:`start` needs.
+
+        One request reads the log start of every committed partition (a retention
+        gap, :meth:`_deleted_unread`) and, under ``"earliest"``, of every fresh one
+        (where it starts, :meth:`_seek_known`).
+        """
         plans = await self._plan_catch_ups(clients, tps, committed)
-        return plans, await self._deleted_unread(clients, plans)
+        earliest = self._reset == "earliest"
+        wanted = [tp for tp, plan in plans.items() if earliest or plan.committed is not None]
+        return plans, await clients.log_start_offsets(wanted) if wanted else {}
 
     async def start(
-        self, clients: ShadowClients, plans: dict[TP, CatchUp], deleted: dict[TP, int]
+        self, clients: ShadowClients, plans: dict[TP, CatchUp], starts: dict[TP, int]
     ) -> None:
         """Seek the planned partitions (registered in the offsets) where they start reading."""
-        await self._seek_known(clients, plans)
+        deleted = self._deleted_unread(plans, starts)
+        self._seek_known(clients, plans, starts)
         await self._catch_up(clients, plans)
         for tp, log_start in sorted(deleted.items()):
             if plans[tp].jump is None:
@@ -111,9 +119,7 @@ class Jumps:
             for tp in tps
         }
 
-    async def _deleted_unread(
-        self, clients: ShadowClients, plans: dict[TP, CatchUp]
-    ) -> dict[TP, int]:
+    def _deleted_unread(self, plans: dict[TP, CatchUp], starts: dict[TP, int]) -> dict[TP, int]:
         """The partitions whose committed offset retention deleted, with their log start.
 
         The records between the two were deleted before the group read them: they
@@ -122,13 +128,14 @@ class Jumps:
         one ``records_skipped_by_retention`` warning and counts in the stats; the
         partition is then read from its log start.
         """
-        committed = {tp: plan.committed for tp, plan in plans.items() if plan.committed is not None}
-        if not committed:
-            return {}
-        starts = await clients.log_start_offsets(committed.keys())
-        deleted = {tp: starts[tp] for tp, offset in committed.items() if offset < starts.get(tp, 0)}
+        deleted = {
+            tp: starts[tp]
+            for tp, plan in plans.items()
+            if plan.committed is not None and plan.committed < starts.get(tp, 0)
+        }
         for tp, log_start in sorted(deleted.items()):
-            offset = committed[tp]
+            offset = plans[tp].committed
+            assert offset is not None
             self._stats.records_skipped_by_retention += log_start - offset
             log.warning(
                 "records_skipped_by_retention",
@@ -141,31 +148,23 @@ class Jumps:
             )
         return deleted
 
-    async def _seek_known(self, clients: ShadowClients, plans: dict[TP, CatchUp]) -> None:
+    def _seek_known(
+        self, clients: ShadowClients, plans: dict[TP, CatchUp], starts: dict[TP, int]
+    ) -> None:
         """Seek every partition to its commit, or a fresh one under ``"earliest"`` to
         its log start; a jump, a retention gap or ``"latest"`` then seek again.
 
-        The plan read all of their commits in one request; left to aiokafka, its
-        fetcher asks the coordinator for the commit of one partition after the other
-        (a round trip each, and a scan of every assigned partition per answer), then
-        resets the fresh ones: at 2,048 partitions the first record came 2.1-2.8 s
-        after the start instead of 0.8-1.3 s (``benchmarks/throughput.py``).
+        The plan read all of their commits and log starts in one request each; left
+        to aiokafka, its fetcher asks the coordinator for the commit of one partition
+        after the other (a round trip each, and a scan of every assigned partition per
+        answer), then resets the fresh ones: at 2,048 partitions the first record came
+        2.1-2.8 s after the start instead of 0.8-1.3 s (``benchmarks/throughput.py``).
         """
-        fresh = set()
         for tp, plan in sorted(plans.items()):
-            if plan.committed is None:
-                fresh.add(tp)
-            else:
+            if plan.committed is not None:
                 clients.seek(tp, plan.committed)
-        if not fresh or self._reset != "earliest":
-            return
-        try:
-            starts = await clients.log_start_offsets(fresh)
-        except FairstreamError as exc:
-            log.warning("start_offsets_unread", reason=str(exc), partitions=sorted(fresh))
-            return  # aiokafka's reset applies, as before
-        for tp, log_start in sorted(starts.items()):
-            clients.seek(tp, log_start)
+            elif tp in starts:  # fresh, under "earliest"
+                clients.seek(tp, starts[tp])
 
     async def _start_unseen(self, clients: ShadowClients, plans: dict[TP, CatchUp]) -> None:
         """Where ``auto_offset_reset="latest"`` would skip records that matter.

@@ -127,12 +127,12 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         clients = self._shadow_clients
         unsaved, self._unsaved = self._unsaved, {}
         plans: dict[TP, CatchUp] = {}
-        deleted: dict[TP, int] = {}
+        starts: dict[TP, int] = {}
         partitions = [TopicPartition(*tp) for tp in sorted(tps)]
         if clients is not None and tps:
             self._clients.consumer.pause(*partitions)
             try:
-                plans, deleted = await retry_broker(
+                plans, starts = await retry_broker(
                     lambda: self._read_offsets(clients, tps, unsaved),
                     event="assignment_read_retry",
                     partitions=sorted(tps),
@@ -149,7 +149,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
             else:
                 self._offsets.assign(tp, committed=plan.committed, metadata=plan.metadata)
         if clients is not None and plans:
-            await self._jumps.start(clients, plans, deleted)
+            await self._jumps.start(clients, plans, starts)
             self._clients.consumer.resume(*partitions)
         self._assigned()
         self._stats.rebalances += 1
@@ -162,7 +162,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         tps: set[TP],
         unsaved: dict[TP, tuple[tuple[int, str], tuple[int | None, str]]],
     ) -> tuple[dict[TP, CatchUp], dict[TP, int]]:
-        """The catch-up plans and the retention gaps of ``tps`` (:meth:`Jumps.plan`)."""
+        """The catch-up plans and the log starts of ``tps`` (:meth:`Jumps.plan`)."""
         committed = await self._restore(await clients.committed_offsets(tps), unsaved)
         return await self._jumps.plan(clients, tps, committed)
 
