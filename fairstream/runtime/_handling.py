@@ -86,8 +86,6 @@ class DispatchRunner:
         step each, also when the run is cut short: a cancel or a ``stop`` leaves the
         one in hand unfinished and in the chain. ``popped`` is told how many.
         """
-        handler = subscriber.handler
-        decode = subscriber.decoder
         # With manual acks the user's commit finishes a record, not its handling.
         finish = _unfinished if self._manual_ack else self._offsets.finisher(tp)
         records = chain[:limit]
@@ -96,27 +94,7 @@ class DispatchRunner:
         started = time.perf_counter()
         finished = False
         try:
-            if decode is passthrough:
-                for queued in records:
-                    slot.record = queued
-                    if self.halted:
-                        break
-                    try:
-                        await handler(queued)
-                    except Exception as exc:
-                        await self._retry(subscriber, queued, queued, exc)
-                    except asyncio.CancelledError as exc:
-                        await self._retry(subscriber, queued, queued, stray_cancellation(exc))
-                else:
-                    finished = True
-            else:
-                for queued in records:
-                    slot.record = queued
-                    if self.halted:
-                        break
-                    await self._decode_and_handle(subscriber, queued)
-                else:
-                    finished = True
+            finished = await self._handle_each(subscriber, records, slot)
         except (Exception, asyncio.CancelledError):
             raise
         except BaseException as exc:
@@ -129,20 +107,6 @@ class DispatchRunner:
                 del chain[:done]
                 self._stats.handled(tp, done, time.perf_counter() - started)
                 popped(done)
-
-    async def _decode_and_handle(self, subscriber: Subscriber, queued: Record[bytes]) -> None:
-        """One record of a chain through its decoder and handler (or to the dead letters)."""
-        try:
-            decoded = with_value(queued, subscriber.decoder(queued.raw))
-        except DecodeError as exc:
-            await self._give_up(subscriber, queued, exc, 0)
-            return
-        try:
-            await subscriber.handler(decoded)
-        except Exception as exc:
-            await self._retry(subscriber, decoded, queued, exc)
-        except asyncio.CancelledError as exc:
-            await self._retry(subscriber, decoded, queued, stray_cancellation(exc))
 
     def admit(self, tp: TP, records: list[Record[bytes]]) -> bool:
         """``records`` of ``tp`` are about to run out of order: the watermark stays below
@@ -166,48 +130,13 @@ class DispatchRunner:
     async def _run_slice(
         self, subscriber: Subscriber, piece: Slice[Record[bytes]], replay: bool
     ) -> None:
-        # benchmarks/throughput.py measures this loop: no call or attribute read in
-        # it that is not needed, the log context is a slot set once per slice.
-        handler = subscriber.handler
-        decode = subscriber.decoder
         slot = RecordSlot()
         token = current_record.set(slot)
         records = piece.records
         started = time.perf_counter()
         finished = False
-        # On a halt the slot points at the first record not started: done up to it.
         try:
-            if decode is passthrough:
-                for record in records:
-                    slot.record = record
-                    if self.halted:
-                        break
-                    try:
-                        await handler(record)
-                    except Exception as exc:
-                        await self._retry(subscriber, record, record, exc)
-                    except asyncio.CancelledError as exc:
-                        await self._retry(subscriber, record, record, stray_cancellation(exc))
-                else:
-                    finished = True
-            else:
-                for queued in records:
-                    slot.record = queued
-                    if self.halted:
-                        break
-                    try:
-                        decoded = with_value(queued, decode(queued.raw))
-                    except DecodeError as exc:
-                        await self._give_up(subscriber, queued, exc, 0)
-                        continue
-                    try:
-                        await handler(decoded)
-                    except Exception as exc:
-                        await self._retry(subscriber, decoded, queued, exc)
-                    except asyncio.CancelledError as exc:
-                        await self._retry(subscriber, decoded, queued, stray_cancellation(exc))
-                else:
-                    finished = True
+            finished = await self._handle_each(subscriber, records, slot)
         except (Exception, asyncio.CancelledError):
             raise
         except BaseException as exc:
@@ -218,6 +147,46 @@ class DispatchRunner:
             if progress is not None:
                 self._advance(piece.tp, progress[0], replay)
                 self._stats.handled(piece.tp, progress[1], time.perf_counter() - started)
+
+    async def _handle_each(
+        self, subscriber: Subscriber, records: list[Record[bytes]], slot: RecordSlot
+    ) -> bool:
+        """Each record through decoder, handler, retry and dead letter, in order (a
+        slice's, or a run of a keyed chain's); ``True``: all of them. On a halt,
+        ``slot`` holds the first record not started: done up to it.
+        """
+        # benchmarks/throughput.py measures these loops: no call or attribute read in
+        # them that is not needed, the log context is a slot set once per call.
+        handler = subscriber.handler
+        decode = subscriber.decoder
+        if decode is passthrough:
+            for record in records:
+                slot.record = record
+                if self.halted:
+                    return False
+                try:
+                    await handler(record)
+                except Exception as exc:
+                    await self._retry(subscriber, record, record, exc)
+                except asyncio.CancelledError as exc:
+                    await self._retry(subscriber, record, record, stray_cancellation(exc))
+            return True
+        for queued in records:
+            slot.record = queued
+            if self.halted:
+                return False
+            try:
+                decoded = with_value(queued, decode(queued.raw))
+            except DecodeError as exc:
+                await self._give_up(subscriber, queued, exc, 0)
+                continue
+            try:
+                await handler(decoded)
+            except Exception as exc:
+                await self._retry(subscriber, decoded, queued, exc)
+            except asyncio.CancelledError as exc:
+                await self._retry(subscriber, decoded, queued, stray_cancellation(exc))
+        return True
 
     async def _retry(
         self, subscriber: Subscriber, handled: Any, queued: Record[bytes], exc: Exception
