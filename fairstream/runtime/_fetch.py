@@ -103,9 +103,9 @@ class Fetcher:
         self._aside: dict[TopicPartition, tuple[int, float]] = {}
         """Partitions whose fetch failed: failures in a row, and when to try again."""
         self._hooked: object = None
-        self._in_turn = False
-        """Whether ``_hooked``, the consumer, pulls from each partition in turn
-        (:func:`pull_in_turn`); else a pull is small, to stay fair."""
+        self._in_turn: Callable[[], None] | None = None
+        """Where ``_hooked``, the consumer, pulls from each partition in turn
+        (:func:`pull_in_turn`), what wakes its pull; else a pull is small, to stay fair."""
         self._record_size = 1
         """Bytes per record in the last pull, to keep a pull within ``max_buffered_bytes``."""
         self.rebuilt = 0
@@ -232,8 +232,11 @@ class Fetcher:
                 self._unheld[queue.tp] = self._topic_partition(queue.tp)
                 let_go = True
         if let_go:
-            if self._pulling:  # cancelling costs ~20 us, and the pull may be over
-                self._pull.cancel()
+            if self._pulling:  # the pull waits for data: it looks at the room again
+                if self._in_turn is not None:
+                    self._in_turn()
+                else:  # cancelling costs ~20 us, and the pull may be over
+                    self._pull.cancel()
             self._room.set()
         elif self._has_room():
             self._room.set()
@@ -291,7 +294,7 @@ class Fetcher:
             config.max_buffered_records - scheduler.live_buffered,
             (config.max_buffered_bytes - scheduler.buffered_bytes) // self._record_size + 1,
         )
-        if self._in_turn:
+        if self._in_turn is not None:
             return None, room
         unheld = self._unheld
         if not scheduler.queues:  # the join poll

@@ -58,16 +58,18 @@ _NAMES = frozenset(
 """The private names aiokafka's own ``fetched_records`` uses, and this copy with it."""
 
 
-def pull_in_turn(consumer: Any, allowance: Callable[[Any], int]) -> bool:
+def pull_in_turn(consumer: Any, allowance: Callable[[Any], int]) -> Callable[[], None] | None:
     """Make ``consumer.getmany()`` take at most ``allowance(tp)`` per partition, in turn.
 
     ``allowance`` gets aiokafka's ``TopicPartition`` (a tuple ``(topic, partition)``).
-    ``False``: the consumer is not aiokafka's, or not the one this fairstream knows
-    (logged); nothing changed.
+    Returns ``wake``: call it when an allowance grew, and a pull waiting for fetched
+    data looks at the buffers again at once (cancelling the pull instead costs ~20 us:
+    anyio formats the cancelling task's repr into its reason). ``None``: the consumer
+    is not aiokafka's, or not the one this fairstream knows (logged); nothing changed.
     """
     fetcher: Any = getattr(consumer, "_fetcher", None)
     if fetcher is None:  # not aiokafka's: MemoryBroker's consumer pulls its own way
-        return False
+        return None
     original = getattr(Fetcher, "fetched_records", None)
     if (
         type(fetcher) is not Fetcher
@@ -80,9 +82,10 @@ def pull_in_turn(consumer: Any, allowance: Callable[[Any], int]) -> bool:
             reason="aiokafka's fetcher is not the one this fairstream knows; "
             "pulls stay small to stay fair",
         )
-        return False
-    fetcher.fetched_records = _InTurn(fetcher, allowance).fetched_records
-    return True
+        return None
+    in_turn = _InTurn(fetcher, allowance)
+    fetcher.fetched_records = in_turn.fetched_records
+    return in_turn.wake
 
 
 class _InTurn:
@@ -91,6 +94,13 @@ class _InTurn:
     def __init__(self, fetcher: Any, allowance: Callable[[Any], int]) -> None:
         self._fetcher = fetcher
         self._allowance = allowance
+        self._woken: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        """An allowance grew: a pull waiting for fetched data drains again now."""
+        woken = self._woken
+        if woken is not None and not woken.done():
+            woken.set_result(None)
 
     async def fetched_records(
         self,
@@ -109,12 +119,21 @@ class _InTurn:
             if drained or not timeout:
                 return drained
             waiter = fetcher._create_fetch_waiter()
-            done, pending = await asyncio.wait([waiter], timeout=timeout)
+            self._woken = woken = asyncio.get_running_loop().create_future()
+            try:
+                done, _ = await asyncio.wait(
+                    [waiter, woken], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                self._woken = None
+                woken.cancel()
             if not done or fetcher._closed:
-                for future in pending:
-                    future.cancel()
+                waiter.cancel()
                 return {}
-            waiter.result()  # an authorization error, say
+            if waiter.done():
+                waiter.result()  # an authorization error, say
+            else:
+                waiter.cancel()  # woken: new allowance, not new data
             timeout = max(0.0, timeout - (time.monotonic() - start))
 
     def _drain(self, partitions: Any, max_records: int | None) -> dict[Any, list[Any]]:

@@ -32,7 +32,8 @@ async def test_a_pull_takes_each_partition_in_turn_up_to_its_allowance(
     try:
         # The pinned aiokafka is the one the hook knows; if an upgrade breaks that,
         # this says so (fairstream still works, pulling small, but slower).
-        assert pull_in_turn(consumer, lambda tp: allowance[tp.partition])
+        wake = pull_in_turn(consumer, lambda tp: allowance[tp.partition])
+        assert wake is not None
         consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
         with anyio.fail_after(30):  # a pull can reach a partition once it is fetched
             while len(consumer._fetcher._records) < PARTITIONS:  # noqa: ASYNC110 (no event to wait on)
@@ -47,9 +48,27 @@ async def test_a_pull_takes_each_partition_in_turn_up_to_its_allowance(
         # The partitions the first pull took from went to the back.
         assert not set(first) & set(second), (sorted(first), sorted(second))
 
-        allowance[PARTITIONS - 1] = ALLOWED
+        # A pull that finds nothing allowed waits for data; a grown allowance wakes it.
+        held = dict(allowance)
+        allowance.update(dict.fromkeys(range(PARTITIONS), 0))
+        woken_after = 0.0
+
+        async def allow_later() -> None:
+            nonlocal woken_after
+            await anyio.sleep(0.3)
+            allowance.update(held)
+            allowance[PARTITIONS - 1] = ALLOWED
+            woken_after = anyio.current_time()
+            wake()
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(allow_later)
+            third = await consumer.getmany(timeout_ms=10_000, max_records=ALLOWED)
+        assert anyio.current_time() - woken_after < 1, "the pull slept through the wake"
+        assert sum(map(len, third.values())) == ALLOWED
+
         offsets: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
-        for pull in (first, second):
+        for pull in (first, second, third):
             for tp, records in pull.items():
                 offsets[tp.partition] += [r.offset for r in records]
         with anyio.fail_after(30):
@@ -72,7 +91,7 @@ async def test_a_consumer_not_aiokafkas_is_left_alone() -> None:
         _fetcher = object()
 
     with structlog.testing.capture_logs() as logs:
-        assert pull_in_turn(MemoryLike(), lambda tp: 1) is False
+        assert pull_in_turn(MemoryLike(), lambda tp: 1) is None
         assert logs == []  # MemoryBroker's consumer pulls its own way, nothing to say
-        assert pull_in_turn(OtherFetcher(), lambda tp: 1) is False
+        assert pull_in_turn(OtherFetcher(), lambda tp: 1) is None
     assert [e["event"] for e in logs] == ["pull_in_turn_unavailable"]
