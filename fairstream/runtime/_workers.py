@@ -17,12 +17,12 @@ run out.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 
 from fairstream.errors import FairstreamError
 from fairstream.runtime._handling import DispatchRunner
@@ -134,7 +134,9 @@ class Workers:
             await self._run(dispatch)
             # A handler that never suspends would otherwise keep the loop to itself:
             # the fetcher (and an in-process producer) must run between dispatches.
-            await anyio.lowlevel.checkpoint()
+            # anyio.lowlevel.checkpoint() on asyncio, without its look-up of the
+            # running library (as the keyed lane between its runs).
+            await asyncio.sleep(0)
 
     async def _run(self, dispatch: Dispatch[Record[bytes]]) -> None:
         subscriber = self._subscribers[dispatch.lane]
