@@ -30,7 +30,9 @@ same functions the quick suite asserts on, only larger:
 - storm variants (only with ``--only``): ``storm-pr`` with parallel rebalance,
   ``storm-coop`` and ``storm-pr-coop`` with cooperative rebalancing (KIP-429,
   ``assignor="sticky"``), ``storm-sticky`` and ``storm-pr-sticky`` their eager twins
-  under the same assignor, so that a pair differs by the protocol alone.
+  under the same assignor, so that a pair differs by the protocol alone;
+  ``storm-pr-leave`` and ``storm-pr-coop-leave`` as ``storm-pr`` and ``storm-pr-coop``
+  but a static member that goes leaves its group (``leave_group_on_stop``).
 
     python benchmarks/soak.py                         # everything, 200k records
     python benchmarks/soak.py --records 20000 --only storm kill --engines noida
@@ -76,6 +78,7 @@ class StormVariant:
     parallel_rebalance: bool = False
     assignor: str = "fair"
     cooperative: bool = False
+    leaves: bool = False
 
 
 STORM_VARIANTS = {
@@ -85,10 +88,17 @@ STORM_VARIANTS = {
     "storm-pr-sticky": StormVariant(parallel_rebalance=True, assignor="sticky"),
     "storm-coop": StormVariant(assignor="sticky", cooperative=True),
     "storm-pr-coop": StormVariant(parallel_rebalance=True, assignor="sticky", cooperative=True),
+    "storm-pr-leave": StormVariant(parallel_rebalance=True, leaves=True),
+    "storm-pr-coop-leave": StormVariant(
+        parallel_rebalance=True, assignor="sticky", cooperative=True, leaves=True
+    ),
 }
 """The storm's rows: parallel rebalance or not, eager or cooperative (KIP-429). The
 cooperative rows use ``sticky`` (cooperative refuses the default ``fair``), so the
-``*-sticky`` rows are their eager twins: the pair differs by the protocol only."""
+``*-sticky`` rows are their eager twins: the pair differs by the protocol only. In the
+``*-leave`` rows a static member that goes leaves its group
+(``ConsumerConfig.leave_group_on_stop``); elsewhere it stays until it comes back, and
+noida, which never evicts, holds its partitions (and the rebalance) meanwhile."""
 SCENARIOS = (
     "kill",
     "storm",
@@ -149,7 +159,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="scenarios to run (default: all but combined and the storm and kill variants: "
         "*-pr run with App(parallel_rebalance=True), which tansu refuses (it consumes "
         "plainly there); storm-coop and storm-pr-coop rebalance cooperatively (KIP-429, "
-        "assignor sticky) and storm-sticky and storm-pr-sticky are their eager twins)",
+        "assignor sticky) and storm-sticky and storm-pr-sticky are their eager twins; "
+        "storm-pr-leave and storm-pr-coop-leave: static members that go leave the group)",
     )
     parser.add_argument(
         "--log-level",
@@ -197,6 +208,7 @@ def runners(args: argparse.Namespace) -> dict[str, Runner]:
             parallel_rebalance=variant.parallel_rebalance,
             assignor=variant.assignor,
             cooperative=variant.cooperative,
+            leaves=variant.leaves,
             wait_limit=1_800,
         )
         for crash in outcome.crashes:

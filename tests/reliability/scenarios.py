@@ -217,10 +217,12 @@ def member_app(
     parallel_rebalance: bool = False,
     assignor: str = "fair",
     cooperative: bool = False,
+    leaves: bool = False,
 ) -> App:
     """An in-process member of ``group`` writing each record to ``sink``, tagged ``name``.
 
-    ``cooperative`` needs ``assignor="sticky"`` or ``"lag"`` (the App refuses others)."""
+    ``cooperative`` needs ``assignor="sticky"`` or ``"lag"`` (the App refuses others);
+    ``leaves``: a static member leaves its group when it stops (``leave_group_on_stop``)."""
     app = App(
         bootstrap=bootstrap,
         group_id=group,
@@ -228,7 +230,11 @@ def member_app(
         assignor=assignor,
         cooperative=cooperative,
         parallel_rebalance=ParallelRebalance(threshold=1_000) if parallel_rebalance else False,
-        consumer=ConsumerConfig(session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=1_000),
+        consumer=ConsumerConfig(
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=1_000,
+            leave_group_on_stop=leaves,
+        ),
         scheduler=SchedulerConfig(commit_interval=0.2, partition_quota=50, max_batch=200),
     )
 
@@ -299,13 +305,15 @@ async def rebalance_storm(
     parallel_rebalance: bool = False,
     assignor: str = "fair",
     cooperative: bool = False,
+    leaves: bool = False,
     wait_limit: float = 180,
 ) -> Storm:
     """One member stays; ``events`` joins and leaves of ``pool`` others over
     ``seconds`` while the producer spreads ``records`` over the same time.
 
-    ``assignor`` and ``cooperative`` are every member's (:func:`member_app`), so
-    the same storm compares the eager and the cooperative protocol under one strategy.
+    ``assignor``, ``cooperative`` and ``leaves`` are every member's (:func:`member_app`),
+    so the same storm compares the eager and the cooperative protocol under one
+    strategy, and static members that leave their group on stop with ones that stay.
 
     Each event toggles the next pool member: a member that is up leaves, one
     that is down (re)joins under its own name. At the end every pool member is
@@ -332,6 +340,7 @@ async def rebalance_storm(
             parallel_rebalance=parallel_rebalance,
             assignor=assignor,
             cooperative=cooperative,
+            leaves=leaves,
         )
 
     done_events = 0
@@ -381,6 +390,8 @@ async def rebalance_storm(
         label += f", {assignor}"
     if cooperative:
         label += ", cooperative"
+    if leaves and static:
+        label += ", leaving on stop"
     result = check(label, ids, [s.id for s in sightings], seconds=time.monotonic() - started)
     crashes += [f"{n}: {m.failure}" for n, m in [("anchor", anchor), *up.items()] if m.failure]
     handled_by = Counter(s.tag for s in sightings)
