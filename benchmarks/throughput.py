@@ -72,6 +72,7 @@ from aiokafka.structs import ConsumerRecord
 from faststream.kafka import KafkaBroker
 
 from fairstream import App, Record, SchedulerConfig, logs
+from fairstream.errors import FairstreamError
 
 
 @dataclass(slots=True)
@@ -102,6 +103,8 @@ class Run:
     group_id: str
     tally: Tally
     max_batch: int
+    scheduler: dict[str, int]
+    """``SchedulerConfig`` fields of every fairstream way (``--scheduler``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,7 +152,12 @@ async def raw_aiokafka(run: Run, *, bounded: bool = False, commits: Commits = "b
 
 async def fairstream_records(run: Run) -> None:
     tally = run.tally
-    app = App(bootstrap=run.bootstrap, group_id=run.group_id, assignor="fair")
+    app = App(
+        bootstrap=run.bootstrap,
+        group_id=run.group_id,
+        assignor="fair",
+        scheduler=SchedulerConfig(**run.scheduler),
+    )
 
     @app.subscriber(run.topic)
     async def handle(record: Record[bytes]) -> None:
@@ -165,7 +173,7 @@ async def fairstream_key(run: Run) -> None:
         bootstrap=run.bootstrap,
         group_id=run.group_id,
         assignor="fair",
-        scheduler=SchedulerConfig(ordering="key"),
+        scheduler=SchedulerConfig(ordering="key", **run.scheduler),
     )
 
     @app.subscriber(run.topic)
@@ -178,7 +186,12 @@ async def fairstream_key(run: Run) -> None:
 
 async def fairstream_batch(run: Run) -> None:
     tally = run.tally
-    app = App(bootstrap=run.bootstrap, group_id=run.group_id, assignor="fair")
+    app = App(
+        bootstrap=run.bootstrap,
+        group_id=run.group_id,
+        assignor="fair",
+        scheduler=SchedulerConfig(**run.scheduler),
+    )
 
     @app.subscriber(run.topic, batch=True, max_batch=run.max_batch)
     async def handle(records: list[Record[bytes]]) -> None:
@@ -465,6 +478,7 @@ async def bench_topic(
                 group_id=f"bench-{uuid.uuid4().hex[:8]}",
                 tally=Tally(target),
                 max_batch=args.max_batch,
+                scheduler=args.scheduler,
             )
             sample = await measure(way, repeat, run, ends, args.timeout, warnings)
             samples.append(sample)
@@ -511,6 +525,14 @@ def parse_args() -> argparse.Namespace:
         "loop (FastStream batch keeps its default)",
     )
     parser.add_argument(
+        "--scheduler",
+        nargs="+",
+        default=[],
+        metavar="FIELD=N",
+        help="SchedulerConfig fields for every fairstream way, e.g. max_buffered_records=4000 "
+        "queue_target_records=400 (the defaults otherwise)",
+    )
+    parser.add_argument(
         "--faststream-records",
         type=int,
         default=200_000,
@@ -524,6 +546,11 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if min(args.records, *args.partitions, args.repeat, args.faststream_records) <= 0:
         parser.error("--records, --partitions, --repeat and --faststream-records must be > 0")
+    try:
+        args.scheduler = {k: int(v) for k, v in (item.split("=", 1) for item in args.scheduler)}
+        SchedulerConfig(**args.scheduler)
+    except (ValueError, TypeError, FairstreamError) as exc:
+        parser.error(f"--scheduler: {exc}")
     return args
 
 
