@@ -6,8 +6,8 @@ side in one run, ``--repeat`` times each, interleaved. Each run: a fresh topic o
 to every partition ``--rate`` times a second; ``--members`` members (App,
 ``assignor="sticky"``, heartbeat every ``--heartbeat-ms``) handle them with a no-op
 handler (or one sleeping ``--handler-ms``). Once the group is settled, one more
-member joins; once settled again, that member leaves (stops; a dynamic member, so
-it sends a LeaveGroup). The group counts as settled once, for a whole second, every
+member joins; once settled again, that member leaves (stops and sends a LeaveGroup:
+``leave_group_on_stop``). The group counts as settled once, for a whole second, every
 partition was handled by exactly one member, by the expected members, balanced.
 
 Measured for each rebalance, from the join (or leave) to the settled group:
@@ -36,8 +36,8 @@ On an embedded tansu broker unless ``--engine noida`` or ``--bootstrap`` (or
 ``FAIRSTREAM_BOOTSTRAP``). tansu holds every JoinGroup round open for about half
 the session timeout (~3 s at ``--session-timeout-ms 6000``, Kafka's minimum; ~5 s
 at 10000), so each round of a rebalance costs that (a cooperative move takes two).
-On noida the first members are static (noida never evicts a member) and the
-joining one is dynamic (a static member never leaves there)::
+On noida every member is static (noida never evicts a member, and answers a dynamic
+one's JoinGroup late); the joining one leaves by instance id::
 
     python benchmarks/rebalance.py --repeat 3
 """
@@ -160,14 +160,23 @@ def produce(
 
 
 def member(
-    args: argparse.Namespace, bootstrap: str, group_id: str, topic: str, name: str, **kw: Any
+    args: argparse.Namespace,
+    bootstrap: str,
+    group_id: str,
+    topic: str,
+    name: str,
+    *,
+    leaves: bool = False,
+    **kw: Any,
 ) -> App:
     app = App(
         bootstrap=bootstrap,
         group_id=group_id,
         assignor="sticky",
         consumer=ConsumerConfig(
-            heartbeat_interval_ms=args.heartbeat_ms, session_timeout_ms=args.session_timeout_ms
+            heartbeat_interval_ms=args.heartbeat_ms,
+            session_timeout_ms=args.session_timeout_ms,
+            leave_group_on_stop=leaves,
         ),
         **kw,
     )
@@ -289,7 +298,17 @@ async def scenario(args: argparse.Namespace, bootstrap: str, engine: str, coop: 
                 trace.longest_gap(p, joined_at - args.steady_s, joined_at)
                 for p in range(args.partitions)
             )
-            joiner = member(args, bootstrap, group_id, topic, "joiner", cooperative=coop)
+            instance = {"instance_id": f"{group_id}-joiner"} if static else {}
+            joiner = member(
+                args,
+                bootstrap,
+                group_id,
+                topic,
+                "joiner",
+                cooperative=coop,
+                leaves=True,
+                **instance,
+            )
             tasks.start_soon(serve, joiner, stop_joiner)
             join_settled = await settle({*names, "joiner"})
             left_at = time.monotonic()
