@@ -28,9 +28,10 @@ Measured for each rebalance, from the join (or leave) to the settled group:
 before the join, when nothing rebalances: the floor a retained gap cannot go below
 (a fetch round trip; tansu answers a fetch in ~200 ms).
 
-``--slow-s`` makes the first record of partition 0 handled after the join take that
-long (the issue's measurement: the group waits for the revoke of a member busy with
-a slow record); partition 0 is then left out of the retained gap.
+``--slow-s`` makes the first record of partition 0 handled after the join, and again
+after the leave, take that long (the issue's measurement: the group waits for the
+revoke of a member busy with a slow record); partition 0 is then left out of the
+retained gap.
 
 On an embedded tansu broker unless ``--engine noida`` or ``--bootstrap`` (or
 ``FAIRSTREAM_BOOTSTRAP``). tansu holds every JoinGroup round open for about half
@@ -311,7 +312,8 @@ async def scenario(args: argparse.Namespace, bootstrap: str, engine: str, coop: 
             )
             tasks.start_soon(serve, joiner, stop_joiner)
             join_settled = await settle({*names, "joiner"})
-            left_at = time.monotonic()
+            left_at = trace.slow_from = time.monotonic()
+            trace.slowed = False  # the next record of partition 0 is slow again
             stop_joiner.set()
             leave_settled = await settle(names)
             stop_producing.set()
@@ -325,7 +327,7 @@ async def scenario(args: argparse.Namespace, bootstrap: str, engine: str, coop: 
     if trace.failed:
         raise SystemExit(f"{trace.failed} records could not be produced")
     join = phase(trace, joined_at, join_settled, args.slow_s > 0)
-    leave = phase(trace, left_at, leave_settled, False)
+    leave = phase(trace, left_at, leave_settled, args.slow_s > 0)
     twice = {key: n - 1 for key, n in trace.handlings.items() if n > 1}
     return Run(
         mode=MODES[coop],
