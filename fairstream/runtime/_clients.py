@@ -16,11 +16,7 @@ from typing import Any
 import anyio
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import (
-    KafkaConnectionError,
-    KafkaError,
-    MessageSizeTooLargeError,
-)
+from aiokafka.errors import KafkaConnectionError, KafkaError, MessageSizeTooLargeError
 
 from fairstream.config import ConsumerConfig, ProducerConfig, SecurityConfig
 from fairstream.errors import BrokerError, ConfigError, describe
