@@ -223,7 +223,7 @@ class Engine:
         reserve = min(1.0, self._config.shutdown_timeout / 10)
         with anyio.move_on_after(max(0.0, self._shutdown_left() - reserve)) as scope:
             for running in self._workers.running():
-                await running.done.wait()
+                await running.wait()
         if scope.cancelled_caught:
             log.warning("shutdown_timeout", reason="in-flight handlers cancelled")
 

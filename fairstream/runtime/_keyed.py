@@ -46,10 +46,28 @@ _YIELD_EVERY = 64
 
 @dataclass(slots=True, eq=False)
 class InFlight:
-    """Running work (a dispatch, or a partition's chains), to wait for or cancel."""
+    """Running work (a dispatch, or a partition's chains), to wait for or cancel.
+
+    Its end is an event made only for a waiter (a revoke, a stop): making an anyio
+    Event looks up the running async library, and most dispatches end unwatched.
+    """
 
     scope: anyio.CancelScope
-    done: anyio.Event = field(default_factory=anyio.Event)
+    _ended: anyio.Event | None = None
+    _over: bool = False
+
+    def finish(self) -> None:
+        """The work ended: wake whoever waits for it."""
+        self._over = True
+        if self._ended is not None:
+            self._ended.set()
+
+    async def wait(self) -> None:
+        """Return once the work ended."""
+        if not self._over:
+            if self._ended is None:
+                self._ended = anyio.Event()
+            await self._ended.wait()
 
 
 @dataclass(slots=True, eq=False)
@@ -198,7 +216,7 @@ class KeyedLane:
             if part.room is not None:
                 part.room.set()
             if part.busy is not None:
-                part.busy.done.set()
+                part.busy.finish()
 
     async def _chain(self, part: _Partition, key: Hashable) -> None:
         chain = part.chains[key]
@@ -233,7 +251,7 @@ class KeyedLane:
             if chain:
                 self._release(part, len(chain))
             if not part.chains and part.busy is not None:
-                part.busy.done.set()
+                part.busy.finish()
                 part.busy = None
                 if part.closing:
                     part.stop.set()

@@ -224,14 +224,14 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         waiting = self._running_on(tps)
         with anyio.move_on_after(self._revoke_timeout) as scope:
             for running in waiting:
-                await running.done.wait()
+                await running.wait()
         if scope.cancelled_caught:
             log.warning(
                 "revoke_timeout", reason="in-flight handlers cancelled", partitions=len(tps)
             )
             for running in waiting:
                 running.scope.cancel()
-                await running.done.wait()
+                await running.wait()
         if not await self._commit(tps):
             self._unsaved.update(self._offsets.unsaved(tps))
         for tp in sorted(tps):
@@ -258,7 +258,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         self._scheduler.revoke(tps)
         for running in self._running_on(tps):
             running.scope.cancel()
-            await running.done.wait()
+            await running.wait()
         self._offsets.forget(tps)
         self._stats.forget(tps)
         log.warning("partitions_lost", group_id=self.group_id, partitions=sorted(tps))

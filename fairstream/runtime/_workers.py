@@ -171,6 +171,6 @@ class Workers:
                 if self._in_flight.get(key) is running:
                     del self._in_flight[key]
             self._scheduler.release(dispatch)
-            running.done.set()
+            running.finish()
             if dispatch.replay:
                 self._replayed()

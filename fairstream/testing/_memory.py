@@ -231,12 +231,15 @@ class _MemoryConsumer:
         self, *partitions: Any, timeout_ms: int = 0, max_records: int | None = None
     ) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
         deadline = anyio.current_time() + timeout_ms / 1000
+        wanted = set(partitions)  # a tuple's `in` would scan it for every partition
         while True:
             await self._follow_rebalance()
             batches = {}
             budget = max_records or _FETCH_LIMIT * len(self._positions)
             for tp, position in self._positions.items():
-                if tp in self._paused or (partitions and tp not in partitions) or budget <= 0:
+                if budget <= 0:
+                    break
+                if tp in self._paused or (wanted and tp not in wanted):
                     continue
                 log = self._broker._topics[tp.topic][tp.partition]
                 if position < len(log):
