@@ -101,7 +101,8 @@ class DispatchRunner:
             raise _aborted(slot.record, exc) from exc
         finally:
             current_record.reset(token)
-            done = len(records) if finished else _done_before(records, slot.record)
+            progress = _progress(records, finished, slot.record)
+            done = progress[1] if progress is not None else 0
             if done:
                 finish(records[:done] if done < len(records) else records)
                 del chain[:done]
@@ -301,7 +302,8 @@ def _aborted(record: Record[Any] | None, cause: BaseException) -> HandlerAborted
 def _progress(
     records: list[Record[bytes]], finished: bool, in_hand: Record[bytes] | None
 ) -> tuple[int, int] | None:
-    """The next offset to commit after a slice, and how many of its records were handled.
+    """The next offset to commit after a slice (or a keyed run: its records are in
+    offset order too), and how many of its records were handled.
 
     A slice cut short (cancelled, or a record failed under the ``stop`` policy) has
     its records before the one in hand done, and that one not.
@@ -312,14 +314,6 @@ def _progress(
         return None
     done = in_hand.offset
     return done, sum(1 for r in records if r.offset < done)
-
-
-def _done_before(records: list[Record[bytes]], in_hand: Record[bytes] | None) -> int:
-    """How many of a run's ``records`` came before ``in_hand``, the one it was cut at."""
-    for done, record in enumerate(records):
-        if record is in_hand:
-            return done
-    return 0
 
 
 def _unfinished(records: Sequence[Record[bytes]]) -> None:

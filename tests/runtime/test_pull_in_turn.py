@@ -10,6 +10,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from fairstream.runtime._pull_in_turn import pull_in_turn
 from tests.conftest import Broker, TopicFactory
 from tests.kafka_helpers import produce
+from tests.runtime.live_traffic import wait_until
 
 pytestmark = pytest.mark.broker
 
@@ -35,9 +36,8 @@ async def test_a_pull_takes_each_partition_in_turn_up_to_its_allowance(
         wake = pull_in_turn(consumer, lambda tp: allowance[tp.partition])
         assert wake is not None
         consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
-        with anyio.fail_after(30):  # a pull can reach a partition once it is fetched
-            while len(consumer._fetcher._records) < PARTITIONS:  # noqa: ASYNC110 (no event to wait on)
-                await anyio.sleep(0.01)
+        # A pull can reach a partition once it is fetched.
+        await wait_until(lambda: len(consumer._fetcher._records) == PARTITIONS, 30)
 
         first = await consumer.getmany(timeout_ms=1_000, max_records=2 * ALLOWED)
         second = await consumer.getmany(timeout_ms=1_000, max_records=2 * ALLOWED)

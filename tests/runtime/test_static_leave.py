@@ -10,6 +10,7 @@ from fairstream import App, ConsumerConfig, Record
 from fairstream.runtime._static_leave import leave_when_stopped
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic
+from tests.runtime.live_traffic import wait_until
 
 
 @pytest.mark.broker
@@ -42,13 +43,9 @@ async def test_a_static_member_told_to_leave_hands_its_partitions_over_at_once(
     with structlog.testing.capture_logs() as logs:
         async with stays:
             async with goes:
-                with anyio.fail_after(30):
-                    while len(partitions(stays)) != 2:  # noqa: ASYNC110 (no event for it)
-                        await anyio.sleep(0.05)
+                await wait_until(lambda: len(partitions(stays)) == 2, 30)
             left_at = anyio.current_time()
-            with anyio.fail_after(30):
-                while len(partitions(stays)) != 4:  # noqa: ASYNC110
-                    await anyio.sleep(0.05)
+            await wait_until(lambda: len(partitions(stays)) == 4, 30, lambda: partitions(stays))
             taken_over_s = anyio.current_time() - left_at
     assert [e["instance_id"] for e in logs if e["event"] == "group_left"] == ["goes"]
     assert taken_over_s < 5, taken_over_s
