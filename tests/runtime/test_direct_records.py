@@ -38,7 +38,11 @@ async def _produce_varied(bootstrap: str, topic: str) -> None:
 
 async def _read(bootstrap: str, topic: str, *, direct: bool) -> tuple[bool, list[object]]:
     """Every record of ``topic`` as ``getmany`` returned it, and whether ``direct`` took."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    # A fetch answer the shared broker never sends would hold aiokafka for its default
+    # 40 s request timeout (a CI run saw one such stall here): 10 s retries it in time.
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, auto_offset_reset="earliest", request_timeout_ms=10_000
+    )
     await consumer.start()
     built = False
     out: list[object] = []
@@ -46,12 +50,15 @@ async def _read(bootstrap: str, topic: str, *, direct: bool) -> tuple[bool, list
         if direct:
             built = build_records_directly(consumer)
         consumer.assign([TopicPartition(topic, p) for p in range(2)])
-        with anyio.fail_after(30):
+        with anyio.move_on_after(60):
             while len(out) < TOTAL:
                 for records in (await consumer.getmany(timeout_ms=200)).values():
                     out.extend(records)
     finally:
         await consumer.stop()
+    offsets = {(r.partition, r.offset) for r in out}  # type: ignore[attr-defined]
+    missing = sorted({(p, o) for p in range(2) for o in range(TOTAL // 2)} - offsets)
+    assert not missing, f"direct={direct}: {len(missing)} records not read in 60 s: {missing[:20]}"
     return built, out
 
 
