@@ -15,7 +15,9 @@ lag is missing is planned by count (``lag_snapshot_partial``), and the leader as
 for one follow-up rebalance per newly missing topic, never a loop. A missing or
 stale reading makes the leader plan ``fair`` (``lag_snapshot_unusable``, ``reason``).
 Each member reports the partitions it owns in its join metadata, so the leader can
-hand the planners a previous assignment whoever led last time.
+hand the planners a previous assignment whoever led last time, and the progress a
+refused revoke commit left unsaved, which the leader hands to each partition's next
+owner (:mod:`fairstream.runtime._member_data`).
 
 A member may offer several strategies, best first, to join a group of other
 clients' consumers: their protocol names and entries are in
@@ -45,7 +47,15 @@ from fairstream.runtime import _assignor_checks as checks
 from fairstream.runtime._admin import AutoOffsetReset, BrokerAdmin
 from fairstream.runtime._cooperative import hold_back
 from fairstream.runtime._lag_listener import RefreshingListener
-from fairstream.runtime._member_data import encode_owned, reported_owners
+from fairstream.runtime._member_data import (
+    Handover,
+    decode_handover,
+    encode_handover,
+    encode_owned,
+    read_reports,
+    reported_owners,
+    route_unsaved,
+)
 from fairstream.runtime._protocols import StrategyOffer, protocol_name
 
 __all__ = [
@@ -129,6 +139,8 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self._reading: LagReading | None = None
         self._owned: dict[str, list[int]] = {}
         self._restarts = 0
+        self.handover = Handover()
+        """Unsaved progress to report at the next join, and what the last assignment handed us."""
         self._group_topics: frozenset[str] = frozenset()
         self._follow_up: frozenset[str] = frozenset()
         self._followed_up: frozenset[str] = frozenset()
@@ -157,9 +169,11 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
     ) -> ConsumerProtocolMemberMetadata:
         """Join metadata: our subscription, and the partitions we own in the user data.
 
-        After :meth:`consumer_restarted` the user data also counts the restarts.
+        After :meth:`consumer_restarted` the user data also counts the restarts, and
+        after a refused revoke commit it holds the progress left unsaved.
         """
-        user_data = encode_owned(self._owned if owned else {}, self._restarts)
+        owns = self._owned if owned else {}
+        user_data = encode_owned(owns, self._restarts, self.handover.outgoing)
         return ConsumerProtocolMemberMetadata(self.version, sorted(topics), user_data)
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
@@ -169,6 +183,8 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
     def assigned(self, protocol: str, assignment: ConsumerProtocolMemberAssignment) -> None:
         """The group gave us ``assignment`` under ``protocol`` (whoever planned it)."""
         self._owned = {topic: sorted(ps) for topic, ps in assignment.assignment if ps}
+        self.handover.outgoing = {}  # the leader has seen it: handed over or dropped
+        self.handover.incoming = decode_handover(assignment.user_data)
         self.protocol = protocol
         self.leading, self._planned = self._planned, False
         log.info(
@@ -232,7 +248,8 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             partitions=counts,
             lag=lag,
         )
-        previous = reported_owners(members, counts)
+        reports = read_reports(members)
+        previous = reported_owners(reports, counts)
         result = STRATEGIES[strategy](snapshot, previous)
         if cooperative:
             result = hold_back(result, previous)
@@ -253,11 +270,12 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             members=len(members),
             partitions=sum(counts.values()),
         )
+        handed = route_unsaved(reports, result)
         return {
             member_id: ConsumerProtocolMemberAssignment(
                 self.version,
                 [(topic, list(ps)) for topic, ps in result.members[member_id].items()],
-                b"",
+                encode_handover(handed.get(member_id, {})),
             )
             for member_id in members
         }

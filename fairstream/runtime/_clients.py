@@ -27,6 +27,7 @@ from fairstream.runtime._dead_letter import dead_letter_copies
 from fairstream.runtime._direct_records import build_records_directly
 from fairstream.runtime._drift import watch_drift
 from fairstream.runtime._join import offer_all_at_once
+from fairstream.runtime._member_data import Handover
 from fairstream.runtime._ports import AppSettings, ConsumerPort, ShadowReader
 from fairstream.runtime._record import TP, Headers, Record, as_records
 from fairstream.runtime._static_leave import leave_when_stopped
@@ -66,8 +67,7 @@ class AIOKafkaClients:
         self.bootstrap = bootstrap
         self.group_id = group_id
         self._dead_letter_topics = dict(dead_letter_topics)
-        common = {"bootstrap_servers": bootstrap, **security.aiokafka_kwargs()}
-        self._common = common
+        self._common = {"bootstrap_servers": bootstrap, **security.aiokafka_kwargs()}
         self._secured = security.protocol != "PLAINTEXT"
         self._assignor = assignor
         self._config = consumer_config
@@ -148,6 +148,10 @@ class AIOKafkaClients:
     def assignor(self) -> PlanningAssignor:
         """This member's assignor: what it planned last (as leader) and from which lags."""
         return self._assignor
+
+    @property
+    def handover(self) -> Handover:
+        return self._assignor.handover
 
     async def _start(self, client: Any, what: str) -> None:
         try:

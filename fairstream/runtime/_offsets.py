@@ -46,7 +46,11 @@ _COMPACT_AT = 4096
 """Finished offsets below the watermark kept in ``marks`` before they are dropped."""
 _ONES = b"\x01" * 256
 
-__all__ = ["OffsetTracker", "PartitionOffsets", "clip_below"]
+__all__ = ["OffsetTracker", "PartitionOffsets", "Unsaved", "clip_below"]
+
+Unsaved = dict[TP, tuple[tuple[int, str], tuple[int | None, str]]]
+"""Progress a refused commit left unsaved: per partition, ((offset, metadata) it would
+have written, (offset or ``None``, metadata) the broker held then)."""
 
 
 def clip_below(ranges: Sequence[OffsetRange], offset: int) -> tuple[OffsetRange, ...]:
@@ -297,7 +301,7 @@ class OffsetTracker:
             state.map_dropped = False
         return state.metadata if text is None else text
 
-    def unsaved(self, tps: set[TP]) -> dict[TP, tuple[tuple[int, str], tuple[int | None, str]]]:
+    def unsaved(self, tps: set[TP]) -> Unsaved:
         """What a refused commit of ``tps`` would have written, beside what the broker has.
 
         Per partition with progress the broker does not have: ((offset, metadata) to

@@ -19,6 +19,7 @@ from aiokafka import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 
 from fairstream.config import ConsumerConfig, ProducerConfig, SecurityConfig
+from fairstream.runtime._member_data import Handover
 from fairstream.runtime._record import TP, Headers, Record
 from fairstream.runtime._subscriber import Subscriber
 
@@ -160,6 +161,11 @@ class ShadowClients(Protocol):
 
     def seek(self, tp: TP, offset: int) -> None:
         """Move the group consumer's next fetch of ``tp`` (in the assign listener)."""
+        ...
+
+    @property
+    def handover(self) -> Handover:
+        """Progress a refused revoke commit left unsaved, to and from the group's leader."""
         ...
 
     def shadow_reader(self, tp: TP) -> AbstractAsyncContextManager[ShadowReader]: ...

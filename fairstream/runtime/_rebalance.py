@@ -22,7 +22,7 @@ from fairstream.config import OffsetReset
 from fairstream.errors import FairstreamError, describe
 from fairstream.ranges import decode_shadow
 from fairstream.runtime._jumps import Jumps
-from fairstream.runtime._offsets import OffsetTracker
+from fairstream.runtime._offsets import OffsetTracker, Unsaved
 from fairstream.runtime._ports import KafkaClients, ShadowClients
 from fairstream.runtime._record import TP, Record
 from fairstream.runtime._retry import retry_broker
@@ -91,7 +91,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
             reset=reset,
             commit=commit,
         )
-        self._unsaved: dict[TP, tuple[tuple[int, str], tuple[int | None, str]]] = {}
+        self._unsaved: Unsaved = {}
         """Progress of revoked partitions whose revoke commit the broker refused."""
         self.joined = anyio.Event()
 
@@ -126,6 +126,9 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         """
         clients = self._shadow_clients
         unsaved, self._unsaved = self._unsaved, {}
+        if clients is not None:
+            # What the partitions' previous owners handed over; ours wins (it is newer).
+            unsaved, clients.handover.incoming = {**clients.handover.incoming, **unsaved}, {}
         plans: dict[TP, CatchUp] = {}
         starts: dict[TP, int] = {}
         partitions = [TopicPartition(*tp) for tp in sorted(tps)]
@@ -160,7 +163,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         self,
         clients: ShadowClients,
         tps: set[TP],
-        unsaved: dict[TP, tuple[tuple[int, str], tuple[int | None, str]]],
+        unsaved: Unsaved,
     ) -> tuple[dict[TP, CatchUp], dict[TP, int]]:
         """The catch-up plans and the log starts of ``tps`` (:meth:`Jumps.plan`)."""
         committed = await self._restore(await clients.committed_offsets(tps), unsaved)
@@ -169,17 +172,19 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
     async def _restore(
         self,
         committed: dict[TP, tuple[int, str] | None],
-        unsaved: dict[TP, tuple[tuple[int, str], tuple[int | None, str]]],
+        unsaved: Unsaved,
     ) -> dict[TP, tuple[int, str] | None]:
-        """Commit what a refused revoke commit left unsaved, for partitions back with us.
+        """Commit what a refused revoke commit left unsaved, for partitions now ours.
 
         noida refuses a commit racing a rebalance (ILLEGAL_GENERATION), so the revoke
         commit can fail and the next owner would repeat everything handled since the
-        last periodic commit - a shadow's replay included. A partition that came back
-        to this member with the commit it last saw unchanged was committed by nobody
-        in between: what this member handled before the revoke still holds, and is
+        last periodic commit - a shadow's replay included. The member that handled it
+        keeps it, and reports it at its join; the leader hands it to the partition's
+        next owner (``_member_data``), which may be that member again. A partition
+        whose commit is still the one the entry saw was committed by nobody in
+        between: what the last owner handled before the revoke still holds, and is
         committed now, before the plan reads it. Otherwise it is dropped (another
-        owner moved on; aiokafka commits only assigned partitions anyway).
+        owner moved on).
         """
         back = {
             tp: commit
@@ -234,6 +239,8 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
                 await running.wait()
         if not await self._commit(tps):
             self._unsaved.update(self._offsets.unsaved(tps))
+            if self._shadow_clients is not None:
+                self._shadow_clients.handover.outgoing = dict(self._unsaved)
         for tp in sorted(tps):
             if open_ranges := self._offsets.shadow(tp):
                 log.info(
