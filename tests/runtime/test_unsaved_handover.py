@@ -29,6 +29,7 @@ from fairstream.runtime._member_data import (
 from fairstream.runtime._offsets import Unsaved
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic, produce
+from tests.runtime.live_traffic import wait_until
 
 PER_PARTITION = 150
 
@@ -111,12 +112,11 @@ async def test_a_partition_that_moves_starts_where_its_last_owner_ended(
         async with _app(noida, group_id, topic, "first", seen) as first:
             with anyio.fail_after(30):
                 await first.wait_ready()
-                while sum(seen.values()) < 60:
-                    await anyio.sleep(0.05)
+            await wait_until(lambda: sum(seen.values()) >= 60, 30)
             async with _app(noida, group_id, topic, "second", seen):
-                with anyio.fail_after(60):
-                    while len(seen) < len(values):
-                        await anyio.sleep(0.05)
+                await wait_until(
+                    lambda: len(seen) == len(values), 60, lambda: f"{len(seen)} records handled"
+                )
 
     events = [e["event"] for e in logs]
     assert "commit_failed" in events, "noida accepted the revoke commit: nothing to hand over"
