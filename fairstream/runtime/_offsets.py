@@ -235,12 +235,6 @@ class OffsetTracker:
         if state is not None and (state.handled is None or next_offset > state.handled):
             state.handled = next_offset
 
-    def admit(self, tp: TP, offset: int) -> None:
-        """``offset`` starts out of order (keyed lane); admitted in offset order."""
-        state = self.partitions.get(tp)
-        if state is not None:
-            state.admit(offset, offset + 1)
-
     def admit_all(self, tp: TP, records: Sequence[Record[Any]]) -> bool:
         """``records`` of ``tp`` (in offset order) start out of order: the watermark stays
         below them until they finish. ``False``: ``tp`` is not owned."""

@@ -66,8 +66,7 @@ def test_a_map_too_large_is_refused() -> None:
 def test_tracker_commits_the_lowest_unfinished_with_the_rest_in_the_map() -> None:
     offsets = OffsetTracker()
     offsets.assign(TP, committed=10)
-    for offset in range(10, 20):
-        offsets.admit(TP, offset)
+    assert offsets.admit_all(TP, _records(*range(10, 20)))
     for offset in (11, 12, 15, 19):
         offsets.finish(TP, offset)
     ((offset, metadata),) = offsets.pending().values()
@@ -92,7 +91,7 @@ def test_a_new_owner_keeps_the_map_it_read_until_it_passes_it() -> None:
     offsets.assign(TP, committed=10, metadata=metadata or "")
     assert offsets.skip(TP) == (OffsetRange(12, 15),)
     assert offsets.pending() == {}  # nothing new: the map stays as committed
-    offsets.admit(TP, 10)
+    assert offsets.admit_all(TP, _records(10))
     offsets.finish(TP, 10)
     ((offset, metadata),) = offsets.pending().values()
     assert (offset, decode_done(metadata, 11)) == (11, [OffsetRange(12, 15)])
@@ -101,8 +100,7 @@ def test_a_new_owner_keeps_the_map_it_read_until_it_passes_it() -> None:
 def test_a_map_that_does_not_fit_falls_back_to_the_watermark() -> None:
     offsets = OffsetTracker()
     offsets.assign(TP, committed=0)
-    for offset in range(40_000):
-        offsets.admit(TP, offset)
+    assert offsets.admit_all(TP, _records(*range(40_000)))
     for offset in range(1, 40_000, 2):
         offsets.finish(TP, offset)
     assert offsets.pending() == {}  # the watermark is still the committed 0
