@@ -115,6 +115,13 @@ COUNT_SCHEMA = StructType([StructField("records", LongType(), False)])
 _READER_GROUP = "fairstream-spark-reader"
 """librdkafka wants a group.id even for assign(); this one never joins or commits."""
 
+_RECEIVE_LIMIT = 1_000_000_000
+"""The largest broker answer a reader takes (librdkafka's ``receive.message.max.bytes``,
+10x its default). Kafka keeps a fetch answer within ``fetch.max.bytes`` (50 MB), but a
+broker that ignores fetch size limits (the embedded noida) answers with a partition's
+whole backlog: 110 MB for 1M records of 100 bytes, which librdkafka's default refuses
+on every try. ``kafka.receive.message.max.bytes`` sets another limit."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReadSettings:
@@ -127,6 +134,7 @@ class ReadSettings:
 
     def consumer_config(self, errors: deque[KafkaError]) -> dict[str, Any]:
         return {
+            "receive.message.max.bytes": _RECEIVE_LIMIT,
             **self.kafka_config,
             "bootstrap.servers": self.bootstrap,
             "group.id": _READER_GROUP,
@@ -327,6 +335,8 @@ def _read_chunk(
             yield columns.flush()
         if position > before:
             deadline = time.monotonic() + settings.stall_timeout
+        elif too_large := _answer_too_large(errors, settings):
+            raise too_large
         elif time.monotonic() > deadline:
             raise _stalled(chunk, position, settings, errors)
     if len(columns):
@@ -358,6 +368,24 @@ def _take(
         return chunk.end
     columns.add(offset, message)
     return offset + 1
+
+
+def _answer_too_large(errors: Sequence[KafkaError], settings: ReadSettings) -> BrokerError | None:
+    """The error for a fetch answer above the reader's limit, if librdkafka reported one.
+
+    It would come again on every try (librdkafka drops the connection and fetches the
+    same offsets), so the read fails at once instead of after the stall timeout.
+    """
+    for error in errors:
+        if error.code() == KafkaError._BAD_MSG and "receive.message.max.bytes" in error.str():
+            return BrokerError(
+                f"the broker's answer to a fetch is larger than the reader takes "
+                f"({error.str()}); raise the option kafka.receive.message.max.bytes "
+                f"(default {_RECEIVE_LIMIT}), or lower kafka.fetch.max.bytes on a broker "
+                "that keeps to it",
+                bootstrap=settings.bootstrap,
+            )
+    return None
 
 
 def _stalled(

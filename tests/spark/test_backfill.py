@@ -12,7 +12,7 @@ import pytest
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
-from fairstream.errors import BackfillError
+from fairstream.errors import BackfillError, BrokerError
 from fairstream.ranges import OffsetRange, encode_shadow
 from fairstream.spark import (
     BackfillJob,
@@ -23,7 +23,7 @@ from fairstream.spark import (
 )
 from fairstream.spark.cluster import commit, read_states
 from fairstream.spark.planning import Chunk, PartitionCommit, parse_bounds
-from fairstream.spark.source import ReadSettings, read_chunks
+from fairstream.spark.source import ReadSettings, read_chunks, read_task
 from tests.conftest import Broker
 from tests.spark.conftest import fill_topic, record_value
 
@@ -229,3 +229,27 @@ def test_stalled_range_fails_with_a_clear_error(spark: SparkSession, noida: Brok
         Exception, match=r"no progress reading spark-\w+\[0\] at offset 10 of \[0, 20\)"
     ):
         frame.collect()
+
+
+def test_a_fetch_answer_above_the_readers_limit_fails_at_once_saying_what_to_raise(
+    noida: Broker,
+) -> None:
+    # noida ignores fetch size limits and answers with the whole partition (~150 kB);
+    # the reader takes 20 kB. librdkafka refuses that answer on every try.
+    topic = fill_topic(noida.bootstrap, [2_000])
+    settings = ReadSettings(
+        bootstrap=noida.bootstrap,
+        stall_timeout=5,
+        kafka_config={
+            "receive.message.max.bytes": "20000",
+            "fetch.max.bytes": "10000",
+            "message.max.bytes": "5000",
+        },
+    )
+
+    with pytest.raises(BrokerError) as raised:
+        list(read_task(settings, [Chunk(topic=topic, partition=0, start=0, end=2_000)]))
+    # Not the stall error after 5 s: the error that says what to change.
+    assert "no progress" not in str(raised.value)
+    assert "raise the option kafka.receive.message.max.bytes" in str(raised.value)
+    assert "Invalid response size" in str(raised.value)
