@@ -53,6 +53,10 @@ named "", so every leader's owned-partitions reader skips it, older ones include
 _UNSAVED = "#unsaved"
 """User-data key for unsaved progress; no topic name may hold a ``#``."""
 
+_UNSAVED_BYTES = 256 * 1024
+"""At most this much commit metadata is reported: every member's join metadata goes to
+the leader in one response. Entries past it are left out (a repeat, never a loss)."""
+
 
 class Handover:
     """One member's unsaved progress: what it reports at its next join (``outgoing``),
@@ -178,12 +182,17 @@ def _json_object(data: bytes) -> dict[str, Any] | None:
 
 
 def _rows(unsaved: Unsaved) -> list[list[Any]]:
-    return [
-        [topic, partition, offset, metadata, before, before_metadata]
-        for (topic, partition), ((offset, metadata), (before, before_metadata)) in sorted(
-            unsaved.items()
-        )
-    ]
+    rows: list[list[Any]] = []
+    room = _UNSAVED_BYTES
+    for (topic, partition), ((offset, metadata), (before, before_metadata)) in sorted(
+        unsaved.items()
+    ):
+        room -= len(metadata) + len(before_metadata)
+        if room < 0:
+            log.warning("unsaved_progress_left_out", partitions=len(unsaved) - len(rows))
+            break
+        rows.append([topic, partition, offset, metadata, before, before_metadata])
+    return rows
 
 
 def _from_rows(rows: object) -> Unsaved | None:

@@ -126,3 +126,16 @@ async def test_a_partition_that_moves_starts_where_its_last_owner_ended(
     assert handed, "no unsaved progress was committed by the partition's next owner"
     twice = sorted(v for v, n in seen.items() if n > 1)
     assert not twice, f"{len(twice)} records handled twice: {twice[:10]}"
+
+
+def test_a_report_keeps_its_commit_metadata_within_a_bound() -> None:
+    big = "m" * 3_000  # an offset map near the commit metadata limit
+    unsaved: Unsaved = {("t", p): ((p + 10, big), (p, big)) for p in range(100)}
+    with capture_logs() as logs:
+        reports = read_reports({"a": _member({}, unsaved)})
+    reported = reports["a"].unsaved
+    assert 0 < len(reported) < 100
+    assert all(reported[tp] == unsaved[tp] for tp in reported)
+    assert [e["partitions"] for e in logs if e["event"] == "unsaved_progress_left_out"] == [
+        100 - len(reported)
+    ]
