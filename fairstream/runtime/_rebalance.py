@@ -238,9 +238,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
                 running.scope.cancel()
                 await running.wait()
         if not await self._commit(tps):
-            self._unsaved.update(self._offsets.unsaved(tps))
-            if self._shadow_clients is not None:
-                self._shadow_clients.handover.outgoing = dict(self._unsaved)
+            self._keep_unsaved(tps)
         for tp in sorted(tps):
             if open_ranges := self._offsets.shadow(tp):
                 log.info(
@@ -259,6 +257,8 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
 
         KIP-429's lost partitions: another member may read them already, so what is
         in flight is cancelled and nothing of them is committed over its commits.
+        What was handled is reported as unsaved all the same: the partition's next
+        owner writes it only if nobody committed the partition since (``_restore``).
         """
         if self._shadows is not None:
             await self._shadows.stop(tps)
@@ -266,9 +266,16 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         for running in self._running_on(tps):
             running.scope.cancel()
             await running.wait()
+        self._keep_unsaved(tps)
         self._offsets.forget(tps)
         self._stats.forget(tps)
         log.warning("partitions_lost", group_id=self.group_id, partitions=sorted(tps))
+
+    def _keep_unsaved(self, tps: set[TP]) -> None:
+        """Keep what was handled of ``tps`` past the broker's commit, and report it."""
+        self._unsaved.update(self._offsets.unsaved(tps))
+        if self._shadow_clients is not None:
+            self._shadow_clients.handover.outgoing = dict(self._unsaved)
 
     async def revoke_all(self) -> None:
         await self.revoke(set(self._offsets.partitions))
