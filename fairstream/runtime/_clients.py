@@ -29,7 +29,8 @@ from fairstream.runtime._drift import watch_drift
 from fairstream.runtime._join import offer_all_at_once
 from fairstream.runtime._member_data import Handover
 from fairstream.runtime._ports import AppSettings, ConsumerPort, ShadowReader
-from fairstream.runtime._record import TP, Headers, Record, as_records
+from fairstream.runtime._record import TP, Headers
+from fairstream.runtime._shadow_reader import AIOKafkaShadowReader, read_error
 from fairstream.runtime._static_leave import leave_when_stopped
 from fairstream.runtime._subscriber import Subscriber
 from fairstream.runtime._tls import tls_problem
@@ -37,15 +38,6 @@ from fairstream.runtime._tls import tls_problem
 __all__ = ["AIOKafkaClients", "aiokafka_clients"]
 
 log = structlog.get_logger(__name__)
-
-
-def _read_error(clients: AIOKafkaClients, what: str, exc: KafkaError) -> BrokerError:
-    return BrokerError(
-        f"could not read {what} (group {clients.group_id!r}): {describe(exc)}; "
-        "check that the cluster is up and the group may be described",
-        bootstrap=clients.bootstrap,
-        retriable=may_pass(exc),
-    )
 
 
 class AIOKafkaClients:
@@ -348,10 +340,11 @@ class AIOKafkaClients:
             try:
                 await consumer.start()
             except KafkaError as exc:
-                raise _read_error(self, f"{tp[0]}[{tp[1]}] for the shadow", exc) from exc
+                what = f"{tp[0]}[{tp[1]}] for the shadow"
+                raise read_error(what, self.group_id, self.bootstrap, exc) from exc
             build_records_directly(consumer, replay=True)
             consumer.assign([TopicPartition(*tp)])
-            yield _AIOKafkaShadowReader(consumer, TopicPartition(*tp), self)
+            yield AIOKafkaShadowReader(consumer, TopicPartition(*tp), self.group_id, self.bootstrap)
         finally:
             with anyio.CancelScope(shield=True):
                 await stop_quietly(consumer.stop)
@@ -382,36 +375,6 @@ async def _raise_once_more(consumer: AIOKafkaConsumer) -> None:
     """
     with contextlib.suppress(KafkaError):
         await consumer.getmany(timeout_ms=0)
-
-
-_SHADOW_READ_RECORDS = 500
-"""Records per shadow read. aiokafka turns a fetch into records lazily, so this bounds
-how long one read holds the event loop: a whole 1 MiB fetch is ~6,000 records, and
-parsing those in one go for every shadow delayed live records by seconds (measured
-with benchmarks/parallel_rebalance.py: live p99 2.9 s unbounded, 0.26 s at 500)."""
-
-
-class _AIOKafkaShadowReader:
-    def __init__(self, consumer: AIOKafkaConsumer, tp: TopicPartition, clients: AIOKafkaClients):
-        self._consumer = consumer
-        self._tp = tp
-        self._clients = clients
-
-    def seek(self, offset: int) -> None:
-        self._consumer.seek(self._tp, offset)
-
-    async def read(self, end: int) -> list[Record[bytes]] | None:
-        tp = self._tp
-        try:
-            if await self._consumer.position(tp) >= end:
-                return None
-            batches = await self._consumer.getmany(
-                tp, timeout_ms=500, max_records=_SHADOW_READ_RECORDS
-            )
-        except KafkaError as exc:
-            what = f"{tp.topic}[{tp.partition}] for the shadow"
-            raise _read_error(self._clients, what, exc) from exc
-        return [r for r in as_records(batches.get(tp, []), replay=True) if r.offset < end]
 
 
 def aiokafka_clients(app: AppSettings, subscribers: Sequence[Subscriber]) -> AIOKafkaClients:
