@@ -54,8 +54,14 @@ async def committed(bootstrap: str, group_id: str, topic: str, partitions: int) 
 
 
 async def read_all(bootstrap: str, topic: str, partitions: int, expected: int) -> list[object]:
-    """Every record of a topic (for checking dead-letter topics), without a group."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    """Every record of a topic (for checking dead-letter topics), without a group.
+
+    A fetch answer the shared broker never sends would hold aiokafka for its default
+    40 s request timeout (one CI run saw that in test_direct_records); 10 s retries it.
+    """
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, auto_offset_reset="earliest", request_timeout_ms=10_000
+    )
     await consumer.start()
     out: list[object] = []
     try:
