@@ -128,14 +128,12 @@ class Jumps:
         one ``records_skipped_by_retention`` warning and counts in the stats; the
         partition is then read from its log start.
         """
-        deleted = {
-            tp: starts[tp]
-            for tp, plan in plans.items()
-            if plan.committed is not None and plan.committed < starts.get(tp, 0)
-        }
-        for tp, log_start in sorted(deleted.items()):
-            offset = plans[tp].committed
-            assert offset is not None
+        deleted: dict[TP, int] = {}
+        for tp, plan in sorted(plans.items()):
+            offset = plan.committed
+            if offset is None or offset >= starts.get(tp, 0):
+                continue
+            deleted[tp] = log_start = starts[tp]
             self._stats.records_skipped_by_retention += log_start - offset
             log.warning(
                 "records_skipped_by_retention",
