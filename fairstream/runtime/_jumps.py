@@ -77,8 +77,14 @@ class Jumps:
 
         One request reads the log start of every committed partition (a retention
         gap, :meth:`_deleted_unread`) and, under ``"earliest"``, of every fresh one
-        (where it starts, :meth:`_seek_known`).
+        (where it starts, :meth:`_seek_fresh`). Partitions with a commit are sought to
+        it at once: aiokafka's fetcher, running since the assignment, asks the
+        coordinator for the commit of each partition that has no position yet, one
+        request per partition, for as long as these requests take.
         """
+        for tp, found in sorted(committed.items()):
+            if found is not None:
+                clients.seek(tp, found[0])
         plans = await self._plan_catch_ups(clients, tps, committed)
         earliest = self._reset == "earliest"
         wanted = [tp for tp, plan in plans.items() if earliest or plan.committed is not None]
@@ -89,7 +95,7 @@ class Jumps:
     ) -> None:
         """Seek the planned partitions (registered in the offsets) where they start reading."""
         deleted = self._deleted_unread(plans, starts)
-        self._seek_known(clients, plans, starts)
+        self._seek_fresh(clients, plans, starts)
         await self._catch_up(clients, plans)
         for tp, log_start in sorted(deleted.items()):
             if plans[tp].jump is None:
@@ -146,11 +152,12 @@ class Jumps:
             )
         return deleted
 
-    def _seek_known(
+    def _seek_fresh(
         self, clients: ShadowClients, plans: dict[TP, CatchUp], starts: dict[TP, int]
     ) -> None:
-        """Seek every partition to its commit, or a fresh one under ``"earliest"`` to
-        its log start; a jump, a retention gap or ``"latest"`` then seek again.
+        """Seek every fresh partition under ``"earliest"`` to its log start (the plan
+        sought the committed ones); a jump, a retention gap or ``"latest"`` then seek
+        again.
 
         The plan read all of their commits and log starts in one request each; left
         to aiokafka, its fetcher asks the coordinator for the commit of one partition
@@ -159,9 +166,7 @@ class Jumps:
         2.1-2.8 s after the start instead of 0.8-1.3 s (``benchmarks/throughput.py``).
         """
         for tp, plan in sorted(plans.items()):
-            if plan.committed is not None:
-                clients.seek(tp, plan.committed)
-            elif tp in starts:  # fresh, under "earliest"
+            if plan.committed is None and tp in starts:
                 clients.seek(tp, starts[tp])
 
     async def _start_unseen(self, clients: ShadowClients, plans: dict[TP, CatchUp]) -> None:
