@@ -9,7 +9,9 @@ but is not always optimal under heterogeneous subscriptions, so
 of its topic) from the fullest members to emptier ones until no chain can take
 load from a member holding ``a`` partitions to one holding ``a - 2`` or fewer.
 That condition is what makes an assignment count-optimal: it minimises the
-largest load, and the sum of squares, over all valid assignments.
+largest load, and the sum of squares, over all valid assignments. With partitions
+to keep (``sticky``) the chains first move only newly placed ones, so a kept
+partition moves only when no count-optimal plan can keep it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ __all__ = ["balance", "plan"]
 
 Held = dict[str, dict[str, list[int]]]
 """member_id -> topic -> partitions it holds, in the order they were given."""
+
+Pinned = Mapping[str, Mapping[str, int]]
+"""member_id -> topic -> how many of the first partitions it holds may not move."""
 
 
 def plan(snapshot: GroupSnapshot, previous: Assignment | None = None) -> Assignment:
@@ -43,9 +48,17 @@ def balance(snapshot: GroupSnapshot, kept: Mapping[TopicPartition, str]) -> dict
     for (topic, partition), member_id in sorted(kept.items()):
         held[member_id].setdefault(topic, []).append(partition)
         load[member_id] += 1
+    # Kept partitions lead each list and every move takes from a list's end, so
+    # pinning a prefix pins exactly them.
+    pinned = {m: {t: len(ps) for t, ps in topics.items()} for m, topics in held.items()}
     _fill(snapshot, readers, held, load)
-    _level_off(snapshot, held, load)
-    _even_out(snapshot, readers, held, load)
+    # First balance moving newly placed partitions only, then, if a chain is left,
+    # anything. The first pass ends count-optimal given ``kept``, so the second
+    # moves a kept partition only when no count-optimal plan keeps them all; a
+    # cooperative second round relies on that (its first plan kept them all).
+    for fixed in (pinned, {}):
+        _level_off(snapshot, held, load, fixed)
+        _even_out(snapshot, readers, held, load, fixed)
     owners = {topic: [""] * snapshot.partitions[topic] for topic in readers}
     for member_id, topics in held.items():
         for topic, partitions in topics.items():
@@ -81,7 +94,7 @@ def _fill(
             open_to[member_id] -= len(free[topic])
 
 
-def _level_off(snapshot: GroupSnapshot, held: Held, load: dict[str, int]) -> None:
+def _level_off(snapshot: GroupSnapshot, held: Held, load: dict[str, int], fixed: Pinned) -> None:
     """Direct bulk moves from members above the average load to members below it.
 
     A cheap first pass for a lopsided start (a sticky plan after many members
@@ -100,14 +113,19 @@ def _level_off(snapshot: GroupSnapshot, held: Held, load: dict[str, int]) -> Non
                 want = min(load[giver] - ceiling, floor - load[taker])
                 if want <= 0:
                     break
-                moved = _shift(held, giver, topic, taker, want)
+                spare = _spare(held, fixed, giver, topic)
+                moved = _shift(held, giver, topic, taker, min(want, spare))
                 load[giver] -= moved
                 load[taker] += moved
         hungry = [m for m in hungry if load[m] < floor]
 
 
 def _even_out(
-    snapshot: GroupSnapshot, readers: dict[str, list[str]], held: Held, load: dict[str, int]
+    snapshot: GroupSnapshot,
+    readers: dict[str, list[str]],
+    held: Held,
+    load: dict[str, int],
+    fixed: Pinned,
 ) -> None:
     """Move partitions along chains until no chain goes from ``a`` to ``a - 2`` or less.
 
@@ -121,7 +139,7 @@ def _even_out(
     while len(settled) < len(load):
         top = max(n for m, n in load.items() if m not in settled)
         sources = [m for m, n in load.items() if n == top and m not in settled]
-        found = _find_chain(sources, top, readers, held, load, settled)
+        found = _find_chain(sources, top, readers, held, load, settled, fixed)
         if isinstance(found, set):
             settled |= found
             continue
@@ -135,18 +153,26 @@ def _even_out(
             left = amount
             for topic in sorted(held[source]):
                 if left and topic in subscriptions[sink]:
-                    left -= _shift(held, source, topic, sink, left)
+                    spare = _spare(held, fixed, source, topic)
+                    left -= _shift(held, source, topic, sink, min(left, spare))
             amount -= left
         else:
-            amount = min(amount, *(len(held[giver][topic]) for giver, topic, _ in found))
+            amount = min(amount, *(_spare(held, fixed, giver, topic) for giver, topic, _ in found))
             for giver, topic, taker in found:
                 _shift(held, giver, topic, taker, amount)
         load[source] -= amount
         load[sink] += amount
 
 
+def _spare(held: Held, fixed: Pinned, member_id: str, topic: str) -> int:
+    """How many of ``member_id``'s partitions of ``topic`` may move."""
+    return len(held[member_id].get(topic, ())) - fixed.get(member_id, {}).get(topic, 0)
+
+
 def _shift(held: Held, giver: str, topic: str, taker: str, limit: int) -> int:
     """Move up to ``limit`` of giver's partitions of ``topic``, newest first; say how many."""
+    if limit <= 0:
+        return 0
     partitions = held[giver][topic]
     moving = partitions[-limit:]
     del partitions[-limit:]
@@ -163,6 +189,7 @@ def _find_chain(
     held: Held,
     load: dict[str, int],
     settled: set[str],
+    fixed: Pinned,
 ) -> list[tuple[str, str, str]] | set[str]:
     """The shortest chain of ``(giver, topic, taker)`` moves, or every member reached."""
     parent: dict[str, tuple[str, str] | None] = dict.fromkeys(sources)
@@ -171,7 +198,7 @@ def _find_chain(
     while queue:
         giver = queue.popleft()
         for topic in sorted(held[giver]):
-            if topic in seen_topics:
+            if topic in seen_topics or not _spare(held, fixed, giver, topic):
                 continue
             seen_topics.add(topic)
             for taker in readers[topic]:

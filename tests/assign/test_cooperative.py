@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 
 from fairstream.assign import STRATEGIES, Assignment, GroupSnapshot
 from fairstream.assign.cooperative import held_back, hold_back_moves
@@ -52,8 +52,26 @@ def test_only_moves_between_live_members_wait(strategy: str, case: Owned) -> Non
         assert tp not in result.owner_map()
 
 
+# A group hypothesis found: the second plan's shortest chain (1 -> 0 via c) moved a
+# kept partition where a chain of newly placed ones (1 -> z via b, z -> 0 via a) did.
+_CHAINED = (
+    GroupSnapshot(
+        members={
+            "0": frozenset("ac"),
+            "1": frozenset("abc"),
+            "z": frozenset("ab"),
+            "000": frozenset("b"),
+            **{m: frozenset() for m in ("c", "m", "00")},
+        },
+        partitions={"a": 1, "b": 5, "c": 2},
+    ),
+    Assignment({"0": {"b": (0, 1, 2, 3, 4), "c": (0,)}, "1": {"a": (0,), "c": (1,)}}),
+)
+
+
 @FAST
 @given(case=with_previous())
+@example(case=_CHAINED)
 def test_sticky_settles_in_the_second_round(case: Owned) -> None:
     """The owners revoke what was held back; the next plan then holds back nothing."""
     snapshot, owned = case
