@@ -10,6 +10,7 @@ fairstream is importable there without installing a wheel on the "cluster".
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -41,13 +42,17 @@ def _free_port() -> int:
 
 
 def _alive_workers(ui_port: int) -> int:
+    """Workers the master's web UI lists as alive; 0 while the UI cannot say yet.
+
+    A master still starting may answer ``/json/`` with its HTML page (seen once in
+    CI): that is "not yet", like a refused connection, not a failure.
+    """
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as page:
-            import json
-
-            return sum(1 for w in json.load(page)["workers"] if w["state"] == "ALIVE")
-    except OSError:
+            state = json.load(page)
+    except (OSError, ValueError):
         return 0
+    return sum(1 for w in state.get("workers", ()) if w.get("state") == "ALIVE")
 
 
 @contextlib.contextmanager
