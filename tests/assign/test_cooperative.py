@@ -53,7 +53,7 @@ def test_only_moves_between_live_members_wait(strategy: str, case: Owned) -> Non
 
 
 # A group hypothesis found: the second plan's shortest chain (1 -> 0 via c) moved a
-# kept partition where a chain of newly placed ones (1 -> z via b, z -> 0 via a) did.
+# kept partition where a chain of newly placed ones (1 -> z via b, z -> 0 via a) keeps it.
 _CHAINED = (
     GroupSnapshot(
         members={
