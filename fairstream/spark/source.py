@@ -135,6 +135,15 @@ class ReadSettings:
     def consumer_config(self, errors: deque[KafkaError]) -> dict[str, Any]:
         return {
             "receive.message.max.bytes": _RECEIVE_LIMIT,
+            # Keep 1,000 records prefetched, not librdkafka's 100,000: below that it
+            # fetches on and on, and at a chunk's end a broker that answers an empty
+            # fetch at once (noida: thousands a second) spent a core serving them,
+            # which the handlers lost (benchmarks/RESULTS.md, scale-out: two workers
+            # ran slower than one; 1.67-1.75x with this).
+            "queued.min.messages": 1000,
+            # Above it, look again after 0.1 s, not librdkafka's 1 s: a reader that
+            # just took its records must not wait out the rest of a second.
+            "fetch.queue.backoff.ms": 100,
             **self.kafka_config,
             "bootstrap.servers": self.bootstrap,
             "group.id": _READER_GROUP,
