@@ -30,7 +30,7 @@ from fairstream.runtime._join import offer_all_at_once
 from fairstream.runtime._member_data import Handover
 from fairstream.runtime._ports import AppSettings, ConsumerPort, ShadowReader
 from fairstream.runtime._record import TP, Headers
-from fairstream.runtime._shadow_reader import AIOKafkaShadowReader, read_error
+from fairstream.runtime._shadow_reader import AIOKafkaShadowReader, shadow_read_error
 from fairstream.runtime._static_leave import leave_when_stopped
 from fairstream.runtime._subscriber import Subscriber
 from fairstream.runtime._tls import tls_problem
@@ -340,11 +340,11 @@ class AIOKafkaClients:
             try:
                 await consumer.start()
             except KafkaError as exc:
-                what = f"{tp[0]}[{tp[1]}] for the shadow"
-                raise read_error(what, self.group_id, self.bootstrap, exc) from exc
+                raise shadow_read_error(tp, self.group_id, self.bootstrap, exc) from exc
             build_records_directly(consumer, replay=True)
-            consumer.assign([TopicPartition(*tp)])
-            yield AIOKafkaShadowReader(consumer, TopicPartition(*tp), self.group_id, self.bootstrap)
+            partition = TopicPartition(*tp)
+            consumer.assign([partition])
+            yield AIOKafkaShadowReader(consumer, partition, self.group_id, self.bootstrap)
         finally:
             with anyio.CancelScope(shield=True):
                 await stop_quietly(consumer.stop)

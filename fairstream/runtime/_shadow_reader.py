@@ -13,7 +13,7 @@ from fairstream.errors import BrokerError, describe
 from fairstream.runtime._admin import may_pass
 from fairstream.runtime._record import Record, as_records
 
-__all__ = ["AIOKafkaShadowReader", "read_error"]
+__all__ = ["AIOKafkaShadowReader", "shadow_read_error"]
 
 _SHADOW_READ_RECORDS = 500
 """Records per shadow read. aiokafka turns a fetch into records lazily, so this bounds
@@ -22,10 +22,12 @@ parsing those in one go for every shadow delayed live records by seconds (measur
 with benchmarks/parallel_rebalance.py: live p99 2.9 s unbounded, 0.26 s at 500)."""
 
 
-def read_error(what: str, group_id: str, bootstrap: str, exc: KafkaError) -> BrokerError:
-    """The error for a failed read of ``what`` on behalf of group ``group_id``."""
+def shadow_read_error(
+    tp: tuple[str, int], group_id: str, bootstrap: str, exc: KafkaError
+) -> BrokerError:
+    """The error for a shadow of group ``group_id`` that could not read partition ``tp``."""
     return BrokerError(
-        f"could not read {what} (group {group_id!r}): {describe(exc)}; "
+        f"could not read {tp[0]}[{tp[1]}] for the shadow (group {group_id!r}): {describe(exc)}; "
         "check that the cluster is up and the group may be described",
         bootstrap=bootstrap,
         retriable=may_pass(exc),
@@ -55,6 +57,5 @@ class AIOKafkaShadowReader:
                 tp, timeout_ms=500, max_records=_SHADOW_READ_RECORDS
             )
         except KafkaError as exc:
-            what = f"{tp.topic}[{tp.partition}] for the shadow"
-            raise read_error(what, self._group_id, self._bootstrap, exc) from exc
+            raise shadow_read_error(tp, self._group_id, self._bootstrap, exc) from exc
         return [r for r in as_records(batches.get(tp, []), replay=True) if r.offset < end]
