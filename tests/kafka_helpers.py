@@ -53,15 +53,20 @@ async def committed(bootstrap: str, group_id: str, topic: str, partitions: int) 
         await consumer.stop()
 
 
-async def read_all(bootstrap: str, topic: str, partitions: int, expected: int) -> list[object]:
-    """Every record of a topic (for checking dead-letter topics), without a group.
+def group_less_reader(bootstrap: str) -> AIOKafkaConsumer:
+    """A consumer without a group that reads from the log start (not started).
 
     A fetch answer the shared broker never sends would hold aiokafka for its default
     40 s request timeout (one CI run saw that in test_direct_records); 10 s retries it.
     """
-    consumer = AIOKafkaConsumer(
+    return AIOKafkaConsumer(
         bootstrap_servers=bootstrap, auto_offset_reset="earliest", request_timeout_ms=10_000
     )
+
+
+async def read_all(bootstrap: str, topic: str, partitions: int, expected: int) -> list[object]:
+    """Every record of a topic (for checking dead-letter topics), without a group."""
+    consumer = group_less_reader(bootstrap)
     await consumer.start()
     out: list[object] = []
     try:

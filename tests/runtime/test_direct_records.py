@@ -5,12 +5,13 @@ from __future__ import annotations
 import anyio
 import pytest
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from fairstream import Record
 from fairstream.runtime._direct_records import build_records_directly
 from tests.conftest import Broker, TopicFactory
+from tests.kafka_helpers import group_less_reader
 
 pytestmark = pytest.mark.broker
 
@@ -38,11 +39,7 @@ async def _produce_varied(bootstrap: str, topic: str) -> None:
 
 async def _read(bootstrap: str, topic: str, *, direct: bool) -> tuple[bool, list[object]]:
     """Every record of ``topic`` as ``getmany`` returned it, and whether ``direct`` took."""
-    # A fetch answer the shared broker never sends would hold aiokafka for its default
-    # 40 s request timeout (a CI run saw one such stall here): 10 s retries it in time.
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, auto_offset_reset="earliest", request_timeout_ms=10_000
-    )
+    consumer = group_less_reader(bootstrap)
     await consumer.start()
     built = False
     out: list[object] = []
