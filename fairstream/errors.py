@@ -85,7 +85,11 @@ def describe(exc: BaseException) -> str:
     """
     name = type(exc).__name__
     texts = [arg for arg in exc.args if isinstance(arg, str) and arg.strip()]
-    text = min(texts, key=len) if len(texts) > 1 else str(exc)
+    # Only an error made of messages has a summary among them: a UnicodeDecodeError's
+    # args are the encoding, the bytes and positions, and a reason, and its str() says
+    # them in one sentence (the shortest arg alone was "utf-8").
+    summarized = len(texts) > 1 and len(texts) == len(exc.args)
+    text = min(texts, key=len) if summarized else str(exc)
     text = " ".join(text.split())
     if not text or text == name:
         return name
