@@ -37,7 +37,7 @@ from fairstream import logs
 from fairstream.spark import BackfillJob, BackfillRecord, build_session, read_chunks, run_backfill
 from fairstream.spark.cluster import read_states
 from fairstream.spark.planning import place_chunks, plan_ranges, split_ranges
-from fairstream.spark.source import ReadSettings, read_task
+from fairstream.spark.reading import ReadSettings, read_task
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -41,7 +41,8 @@ from fairstream.spark.planning import (
     plan_ranges,
     split_ranges,
 )
-from fairstream.spark.source import ReadSettings, handle_chunks, read_chunks
+from fairstream.spark.reading import ReadSettings
+from fairstream.spark.source import handle_chunks, read_chunks
 
 try:
     from py4j.protocol import Py4JError

@@ -5,7 +5,7 @@ the brokers for watermarks (confluent-kafka, no JVM Kafka jars), admits a budget
 records per micro-batch fairly (:mod:`.streamplan`), places the batch's ranges on
 Spark tasks with the lag planner, and commits the group's offsets after Spark has
 committed a batch. The executors read with the batch source's
-:func:`~fairstream.spark.source.read_task`.
+:func:`~fairstream.spark.reading.read_task`.
 
 >>> fairstream.spark.register(spark)  # doctest: +SKIP
 >>> (spark.readStream.format("fairstream").option("bootstrap", "kafka:9092")
@@ -36,13 +36,8 @@ from fairstream.spark._extra import missing_extra
 from fairstream.spark.cluster import commit, read_states
 from fairstream.spark.handlers import decode_handler, handle_batches
 from fairstream.spark.planning import PartitionState
-from fairstream.spark.source import (
-    FairstreamDataSource,
-    ReadSettings,
-    TaskPartition,
-    read_task,
-    settings_from_options,
-)
+from fairstream.spark.reading import ReadSettings, read_task
+from fairstream.spark.source import FairstreamDataSource, TaskPartition, settings_from_options
 from fairstream.spark.streamplan import (
     Admission,
     Position,

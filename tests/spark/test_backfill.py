@@ -23,7 +23,8 @@ from fairstream.spark import (
 )
 from fairstream.spark.cluster import commit, read_states
 from fairstream.spark.planning import Chunk, PartitionCommit, parse_bounds
-from fairstream.spark.source import ReadSettings, read_chunks, read_task
+from fairstream.spark.reading import ReadSettings, read_task
+from fairstream.spark.source import read_chunks
 from tests.conftest import Broker
 from tests.spark.conftest import fill_topic, record_value
 
