@@ -21,7 +21,7 @@ from pathlib import Path
 import anyio
 
 from tests.conftest import Broker
-from tests.kafka_helpers import create_topic, produce
+from tests.kafka_helpers import create_topic, produce_keyed
 
 ROOT = Path(__file__).parents[2]
 PARTITIONS, KEYS, PER_KEY = 4, 400, 10
@@ -63,13 +63,15 @@ async def _crash_and_restart(noida: Broker, tmp: Path, *, offset_map: bool) -> C
     topic = f"kc-{uuid.uuid4().hex[:10]}"
     group_id = f"g-crash-{uuid.uuid4().hex[:8]}"
     await create_topic(noida.bootstrap, topic, PARTITIONS)
-    for k in range(KEYS):
-        await produce(
-            noida.bootstrap,
-            topic,
-            [(k % PARTITIONS, f"k{k}:{s}".encode()) for s in range(PER_KEY)],
-            key=b"k%d" % k,
-        )
+    await produce_keyed(
+        noida.bootstrap,
+        topic,
+        [
+            (k % PARTITIONS, b"k%d" % k, f"k{k}:{s}".encode())
+            for k in range(KEYS)
+            for s in range(PER_KEY)
+        ],
+    )
     sink = tmp / f"sink-{int(offset_map)}.txt"
     with _member(noida, group_id, topic, sink, offset_map) as first:
         with anyio.fail_after(60):

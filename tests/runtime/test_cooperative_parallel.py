@@ -22,12 +22,11 @@ from typing import Any
 
 import anyio
 import pytest
-from aiokafka import AIOKafkaProducer
 from structlog.testing import capture_logs
 
 from fairstream import App, ConsumerConfig, ParallelRebalance, Record, SchedulerConfig
 from tests.conftest import Broker
-from tests.kafka_helpers import create_topic
+from tests.kafka_helpers import create_topic, produce_keyed
 from tests.runtime.live_traffic import produce_steadily, run_until, wait_until
 
 pytestmark = pytest.mark.broker
@@ -71,24 +70,13 @@ class Handled:
         return sum(1 for _, m, *_, r in self.events if m == member and r == replay)
 
 
-def _records(prefix: str, start: int, count: int) -> list[tuple[int, bytes, str]]:
+def _records(prefix: str, start: int, count: int) -> list[tuple[int, bytes, bytes]]:
     """``count`` records per partition: (partition, key, value), keys round-robin."""
     return [
-        (p, f"k{p}-{seq % KEYS}".encode(), f"{prefix}-{p}-{seq % KEYS}-{seq}")
+        (p, f"k{p}-{seq % KEYS}".encode(), f"{prefix}-{p}-{seq % KEYS}-{seq}".encode())
         for seq in range(start, start + count)
         for p in range(PARTITIONS)
     ]
-
-
-async def _produce(bootstrap: str, topic: str, records: list[tuple[int, bytes, str]]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
-    await producer.start()
-    try:
-        for partition, key, value in records:
-            await producer.send(topic, value.encode(), key=key, partition=partition)
-        await producer.flush()
-    finally:
-        await producer.stop()
 
 
 def _member(noida: Broker, group_id: str, topic: str, name: str, handled: Handled) -> App:
@@ -132,10 +120,10 @@ async def test_moved_partitions_jump_and_kept_shadows_run_on(noida: Broker, grou
     topic = f"cp-{uuid.uuid4().hex[:10]}"
     await create_topic(noida.bootstrap, topic, PARTITIONS)
     backlog = _records("b", 0, BACKLOG)
-    await _produce(noida.bootstrap, topic, backlog)
+    await produce_keyed(noida.bootstrap, topic, backlog)
     handled = Handled()
     stop = anyio.Event()
-    written = {value for *_, value in backlog}
+    written = {value.decode() for *_, value in backlog}
 
     with capture_logs() as logs:
         async with anyio.create_task_group() as tasks:
@@ -147,8 +135,8 @@ async def test_moved_partitions_jump_and_kept_shadows_run_on(noida: Broker, grou
             )
             await anyio.sleep(1.0)
             burst = _records("l", BACKLOG, BURST)
-            await _produce(noida.bootstrap, topic, burst)
-            written |= {value for *_, value in burst}
+            await produce_keyed(noida.bootstrap, topic, burst)
+            written |= {value.decode() for *_, value in burst}
             trickling = anyio.Event()
             tasks.start_soon(
                 partial(

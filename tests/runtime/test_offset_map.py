@@ -28,7 +28,7 @@ from fairstream.ranges import (
 from fairstream.runtime._admin import BrokerAdmin
 from fairstream.runtime._offsets import OffsetTracker
 from tests.conftest import Broker
-from tests.kafka_helpers import create_topic, produce
+from tests.kafka_helpers import create_topic, produce_keyed
 
 TP = ("t", 0)
 
@@ -189,10 +189,8 @@ def _member(broker: Broker, group_id: str, topic: str, handled: list[str], stuck
 
 async def _produce_keyed(broker: Broker, topic: str) -> None:
     """Keys k0..k9, ten records each, k0's first: offsets 0..9 are k0's."""
-    for k in range(10):
-        await produce(
-            broker.bootstrap, topic, [(0, f"k{k}:{s}".encode()) for s in range(10)], key=b"k%d" % k
-        )
+    records = [(0, b"k%d" % k, f"k{k}:{s}".encode()) for k in range(10) for s in range(10)]
+    await produce_keyed(broker.bootstrap, topic, records)
 
 
 @pytest.mark.parametrize("engine", ["noida", "tansu"])
