@@ -6,7 +6,8 @@ joins, then two fairstream apps offering ``["lag", "roundrobin", "range"]``. The
 group runs ``roundrobin``, the one protocol all four offer; every record produced is
 counted end to end; once the group settles no partition has two owners and none has
 none, as the members themselves report (tansu's DescribeGroups names no protocol
-and no assignments). Then the plain members leave: tansu keeps ``roundrobin``.
+and no assignments). Then the plain members leave, one at a time: tansu keeps
+``roundrobin``.
 
 On noida, which chooses the protocol again at each rebalance and reports it: the
 group moves to ``fairstream-lag`` once the plain member is gone, and ``fairstream
@@ -194,9 +195,13 @@ async def test_plain_aiokafka_and_librdkafka_members_share_a_group_with_fairstre
                 assert [app.stats().protocol for app in apps] == ["roundrobin", "roundrobin"]
 
                 await produce_ids(bootstrap, topic, ids[600:1_200], PARTITIONS)
-                plain_leave.set()
+                # One pod at a time. tansu ignores a leave until the member's session
+                # ends; a rebalance that starts meanwhile (the other plain member
+                # leaving) could elect the gone member leader, and that round never
+                # completed (README, the quirk table): 1 run in 3 when both left at once.
                 rdkafka_leave.set()
-
+                await _settled(held, 3)
+                plain_leave.set()
                 alone = await _settled(held, 2)
                 assert _owned_once(alone), alone
                 await produce_ids(bootstrap, topic, ids[1_200:], PARTITIONS)
