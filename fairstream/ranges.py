@@ -14,6 +14,9 @@ A map whose ``base`` is not the committed offset is stale and ignored. Brokers c
 commit metadata (Kafka's default ``offset.metadata.max.bytes`` is 4096), so the
 encoders refuse to produce more than :data:`METADATA_LIMIT` bytes: the caller must
 then not jump, or commit without the map.
+
+On the wire the JSON is followed by one NUL (:func:`to_commit`, :func:`from_commit`):
+confluent-kafka, the Spark side's client, reads metadata as a C string.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import binascii
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "METADATA_LIMIT",
@@ -31,12 +35,47 @@ __all__ = [
     "decode_shadow",
     "encode_metadata",
     "encode_shadow",
+    "from_commit",
     "is_ours",
     "merge_ranges",
+    "to_commit",
 ]
 
 METADATA_LIMIT = 4000
 """Bytes of commit metadata we allow ourselves (Kafka's default limit is 4096)."""
+
+_TERMINATOR = "\x00"
+_JSON = json.JSONDecoder()
+
+
+def to_commit(metadata: str) -> str:
+    """``metadata`` as it is committed: followed by one NUL when not empty.
+
+    confluent-kafka (librdkafka's Python client, which the Spark source reads commits
+    with) hands commit metadata to Python as a C string. Without a NUL in the stored
+    bytes it runs past their end and appends whatever follows in its memory:
+    ``{"shadow":[[0,600]]}xxx`` after some allocations, or bytes that are not UTF-8,
+    which fail as it decodes them. Its own commits carry the NUL for that reason, so
+    with it both clients write the same bytes.
+    """
+    return metadata + _TERMINATOR if metadata and not metadata.endswith(_TERMINATOR) else metadata
+
+
+def from_commit(metadata: str | None) -> str:
+    """Commit metadata as read back, without the NUL :func:`to_commit` added."""
+    return (metadata or "").removesuffix(_TERMINATOR)
+
+
+def _payload(metadata: str | None) -> dict[str, Any] | None:
+    """The JSON object that ``metadata`` starts with, if any. What follows it is not
+    ours: the NUL terminator, or what a C-string reader ran into (:func:`to_commit`)."""
+    if not metadata:
+        return None
+    try:
+        payload, _ = _JSON.raw_decode(metadata)
+    except ValueError:
+        return None
+    return payload if isinstance(payload, dict) else None
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -82,17 +121,15 @@ def decode_shadow(metadata: str | None) -> list[OffsetRange]:
     """The open ranges recorded in commit metadata; foreign metadata reads as none.
 
     Metadata written by other tools (not our JSON shape) is not ours to interpret,
-    so it yields no range rather than an error. Trailing NUL bytes, which some
-    brokers pad metadata with, are ignored.
+    so it yields no range rather than an error.
     """
-    metadata = (metadata or "").rstrip("\x00")
-    if not metadata:
+    payload = _payload(metadata)
+    if payload is None:
         return []
     try:
-        payload = json.loads(metadata)
-        pairs = payload["shadow"] if isinstance(payload, dict) else []
+        pairs = payload.get("shadow", [])
         return merge_ranges(OffsetRange(int(a), int(b)) for a, b in pairs)
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError):
         return []
 
 
@@ -152,11 +189,11 @@ def encode_metadata(
 
 def decode_done(metadata: str | None, committed: int | None) -> list[OffsetRange]:
     """The finished ranges above ``committed`` in an offset map; none if stale or foreign."""
-    if not metadata or committed is None:
+    payload = _payload(metadata)
+    if payload is None or committed is None:
         return []
     try:
-        payload = json.loads(metadata)
-        base, runs = payload["done"] if isinstance(payload, dict) else (None, "")
+        base, runs = payload["done"]
         if base != committed or not isinstance(runs, str):
             return []
         return _ranges(committed, runs)
@@ -166,10 +203,7 @@ def decode_done(metadata: str | None, committed: int | None) -> list[OffsetRange
 
 def is_ours(metadata: str) -> bool:
     """Empty, or the JSON this module writes (other tools' metadata is kept as is)."""
-    if not metadata:
+    if not from_commit(metadata):
         return True
-    try:
-        payload = json.loads(metadata)
-    except ValueError:
-        return False
-    return isinstance(payload, dict) and bool(payload) and set(payload) <= {"shadow", "done"}
+    payload = _payload(metadata)
+    return payload is not None and bool(payload) and set(payload) <= {"shadow", "done"}

@@ -29,6 +29,7 @@ from aiokafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsErr
 from fairstream.assign import Assignment, GroupSnapshot, partition_lag
 from fairstream.config import SecurityConfig
 from fairstream.errors import BrokerError, ConfigError, describe
+from fairstream.ranges import from_commit
 
 __all__ = [
     "AutoOffsetReset",
@@ -326,7 +327,7 @@ class BrokerAdmin:
         result: dict[TopicPartition, Committed | None] = dict.fromkeys(wanted)
         for tp, meta in found.items():
             if meta.offset >= 0:
-                result[tp] = Committed(offset=meta.offset, metadata=meta.metadata or "")
+                result[tp] = Committed(offset=meta.offset, metadata=from_commit(meta.metadata))
         return result
 
     async def topic_lags(

@@ -15,6 +15,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
 from fairstream.errors import FairstreamError, describe
+from fairstream.ranges import to_commit
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._ports import KafkaClients, ShadowClients
 from fairstream.runtime._record import TP
@@ -83,7 +84,7 @@ class Committer:
         if not pending:
             return True
         request = {
-            TopicPartition(*tp): OffsetAndMetadata(offset, metadata)
+            TopicPartition(*tp): OffsetAndMetadata(offset, to_commit(metadata))
             for tp, (offset, metadata) in pending.items()
         }
         try:

@@ -22,6 +22,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from fairstream.config import OffsetReset
 from fairstream.errors import FairstreamError, describe
+from fairstream.ranges import to_commit
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._ports import KafkaClients, ShadowClients
 from fairstream.runtime._protocols import shared_protocol
@@ -251,7 +252,7 @@ class Jumps:
         does; the partitions whose metadata came back intact may jump.
         """
         request = {
-            TopicPartition(*tp): OffsetAndMetadata(plan.start, plan.jump_metadata)
+            TopicPartition(*tp): OffsetAndMetadata(plan.start, to_commit(plan.jump_metadata))
             for tp, plan in jumps.items()
         }
         try:

@@ -20,7 +20,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from fairstream.config import OffsetReset
 from fairstream.errors import FairstreamError, describe
-from fairstream.ranges import decode_shadow
+from fairstream.ranges import decode_shadow, to_commit
 from fairstream.runtime._jumps import Jumps
 from fairstream.runtime._offsets import OffsetTracker, Unsaved
 from fairstream.runtime._ports import KafkaClients, ShadowClients
@@ -195,7 +195,10 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
             return committed
         try:
             await self._clients.consumer.commit(
-                {TopicPartition(*tp): OffsetAndMetadata(*commit) for tp, commit in back.items()}
+                {
+                    TopicPartition(*tp): OffsetAndMetadata(offset, to_commit(metadata))
+                    for tp, (offset, metadata) in back.items()
+                }
             )
         except KafkaError as exc:
             log.warning(

@@ -113,17 +113,22 @@ _DECODE_TRIES = 3
 def _committed(consumer: Any, wanted: list[Any], group_id: str, timeout: float) -> list[Any]:
     """The group's commits of ``wanted``, asked again if an answer's metadata does not decode.
 
-    Against the embedded noida broker a commit's metadata now and then comes back
-    followed by stray bytes (seen in CI: ``{"shadow":[[0,600]]}``, 20 bytes, then
-    0xd0), and confluent-kafka's UTF-8 decoding of it raises; which side adds them is
-    not known. The commit itself is written right, so the read is tried again.
+    confluent-kafka reads commit metadata as a C string: metadata stored without a
+    NUL (fairstream before it added one, see :func:`fairstream.ranges.to_commit`, or
+    another client) comes back followed by whatever lies after it in memory, which
+    the decoders skip, or fails to decode as UTF-8 (seen in CI: ``{"shadow":[[0,600]]}``,
+    20 bytes, then 0xd0). The commit itself is intact, so the read is tried again.
     """
     for attempt in range(1, _DECODE_TRIES + 1):
         try:
-            return list(consumer.committed(wanted, timeout=timeout))
+            answer = list(consumer.committed(wanted, timeout=timeout))
+            for tp in answer:
+                _ = tp.metadata  # decoded here, on access, not by committed()
         except UnicodeDecodeError as exc:
             log.warning("commit_metadata_undecodable", group_id=group_id, attempt=attempt)
             failure = exc
+        else:
+            return answer
     raise BrokerError(
         f"the commit metadata of group {group_id!r} did not decode as UTF-8 in "
         f"{_DECODE_TRIES} answers ({failure}); check what writes this group's commits"

@@ -8,10 +8,13 @@ import anyio
 import pytest
 import structlog.testing
 from aiokafka import TopicPartition
+from confluent_kafka import TopicPartition as ConfluentPartition
 from pyspark.sql import SparkSession
 
 from fairstream import App, ParallelRebalance, Record, SchedulerConfig
+from fairstream.ranges import OffsetRange, decode_shadow, encode_shadow
 from fairstream.runtime._admin import BrokerAdmin
+from fairstream.spark.cluster import read_states
 from fairstream.spark.handoff import spark_shadow_handoff
 from tests.conftest import Broker
 from tests.kafka_helpers import produce
@@ -68,3 +71,45 @@ async def _metadata(broker: Broker, group_id: str, topic: str) -> str | None:
         found = await admin.committed_offsets(group_id, [TopicPartition(topic, 0)])
     committed = found[TopicPartition(topic, 0)]
     return None if committed is None else committed.metadata
+
+
+async def test_the_runtimes_commit_metadata_reads_back_exactly_through_confluent_kafka(
+    noida: Broker, group_id: str
+) -> None:
+    """confluent-kafka reads commit metadata as a C string. The runtime commits it with
+    aiokafka, which writes the bytes it is given: without a NUL after them the Spark
+    side read ``{"shadow":[[0,600]]}`` plus whatever followed in memory (junk that
+    decode_shadow dropped the range for, or bytes that failed UTF-8, as CI met)."""
+    topic = fill_topic(noida.bootstrap, [600])
+    app = App(
+        bootstrap=noida.bootstrap,
+        group_id=group_id,
+        parallel_rebalance=ParallelRebalance(threshold=100),
+        scheduler=SchedulerConfig(commit_interval=0.2),
+    )
+    release = anyio.Event()
+
+    @app.subscriber(topic)
+    async def handle(record: Record[bytes]) -> None:
+        if record.replay:
+            await release.wait()  # the shadow range stays open while it is read
+
+    def read_back(times: int) -> list[str]:
+        found = []
+        for _ in range(times):
+            # Freed C buffers of 24 bytes with "x" where a missing NUL would be read:
+            # the next copy of a 20-byte metadata reuses one.
+            litter = [ConfluentPartition(topic, 0, metadata="x" * 23) for _ in range(50)]
+            del litter
+            [state] = read_states(noida.bootstrap, group_id, [topic], quiet=True)
+            found.append(state.metadata)
+        return found
+
+    async with app:
+        with anyio.fail_after(30):
+            while not decode_shadow(await _metadata(noida, group_id, topic)):  # noqa: ASYNC110
+                await anyio.sleep(0.1)
+        found = await anyio.to_thread.run_sync(read_back, 100)
+        release.set()
+
+    assert set(found) == {encode_shadow([OffsetRange(0, 600)])}
