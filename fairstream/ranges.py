@@ -49,7 +49,7 @@ _JSON = json.JSONDecoder()
 
 
 def to_commit(metadata: str) -> str:
-    """``metadata`` as it is committed: followed by one NUL when not empty.
+    """``metadata`` as it is committed: ours followed by one NUL, other tools' as read.
 
     confluent-kafka (librdkafka's Python client, which the Spark source reads commits
     with) hands commit metadata to Python as a C string. Without a NUL in the stored
@@ -58,12 +58,16 @@ def to_commit(metadata: str) -> str:
     which fail as it decodes them. Its own commits carry the NUL for that reason, so
     with it both clients write the same bytes.
     """
-    return metadata + _TERMINATOR if metadata and not metadata.endswith(_TERMINATOR) else metadata
+    if metadata and not metadata.endswith(_TERMINATOR) and is_ours(metadata):
+        return metadata + _TERMINATOR
+    return metadata
 
 
 def from_commit(metadata: str | None) -> str:
-    """Commit metadata as read back, without the NUL :func:`to_commit` added."""
-    return (metadata or "").removesuffix(_TERMINATOR)
+    """Commit metadata as read back: ours without its NUL (:func:`to_commit`), other
+    tools' as it is, so that committing it back leaves it unchanged."""
+    text = metadata or ""
+    return text[:-1] if text.endswith(_TERMINATOR) and is_ours(text[:-1]) else text
 
 
 def _payload(metadata: str | None) -> dict[str, Any] | None:
@@ -203,7 +207,7 @@ def decode_done(metadata: str | None, committed: int | None) -> list[OffsetRange
 
 def is_ours(metadata: str) -> bool:
     """Empty, or the JSON this module writes (other tools' metadata is kept as is)."""
-    if not from_commit(metadata):
+    if not metadata.rstrip(_TERMINATOR):
         return True
     payload = _payload(metadata)
     return payload is not None and bool(payload) and set(payload) <= {"shadow", "done"}

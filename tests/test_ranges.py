@@ -27,6 +27,12 @@ def test_commit_metadata_carries_one_nul_and_reads_back_without_it() -> None:
     assert to_commit("") == "" and from_commit(None) == ""
 
 
+def test_other_tools_metadata_round_trips_unchanged() -> None:
+    for text in ["checkpoint-17", "checkpoint-17\x00", '{"owner": "etl"}']:
+        assert to_commit(text) == text
+        assert from_commit(text) == text
+
+
 @pytest.mark.parametrize("after", ["", "\x00", "\x00\x00", "xxx", "d", "\x11", "P\x7f", "\x00junk"])
 def test_what_follows_the_json_is_not_read(after: str) -> None:
     text = (encode_metadata(SHADOW, 1_000, DONE) or "") + after
