@@ -34,7 +34,7 @@ from aiokafka.errors import KafkaError
 from fairstream.config import SchedulerConfig
 from fairstream.errors import BrokerError, FairstreamError, describe
 from fairstream.runtime._ports import KafkaClients, consumer_broken
-from fairstream.runtime._pull_in_turn import pull_in_turn
+from fairstream.runtime._pull_in_turn import InTurn, pull_in_turn
 from fairstream.runtime._record import TP, Record, as_records, record_bytes
 from fairstream.runtime._scheduler import Dispatch, FairScheduler, PartitionQueue
 
@@ -103,9 +103,9 @@ class Fetcher:
         self._aside: dict[TopicPartition, tuple[int, float]] = {}
         """Partitions whose fetch failed: failures in a row, and when to try again."""
         self._hooked: object = None
-        self._in_turn: Callable[[], None] | None = None
+        self._in_turn: InTurn | None = None
         """Where ``_hooked``, the consumer, pulls from each partition in turn
-        (:func:`pull_in_turn`), what wakes its pull; else a pull is small, to stay fair."""
+        (:func:`pull_in_turn`), the hook; else a pull is small, to stay fair."""
         self._record_size = 1
         """Bytes per record in the last pull, to keep a pull within ``max_buffered_bytes``."""
         self.rebuilt = 0
@@ -129,7 +129,12 @@ class Fetcher:
         while not self._stopping:
             if self._hooked is not self._clients.consumer:  # the first, or a rebuilt one
                 self._hooked = self._clients.consumer
-                self._in_turn = pull_in_turn(self._hooked, self._allowance)
+                self._in_turn = pull_in_turn(
+                    self._hooked,
+                    self._allowance,
+                    linger=self._config.fetch_linger,
+                    busy=self._busy,
+                )
             wanted, room = self._wanted()
             retry_in = self._leave_aside(wanted) if wanted is not None and self._aside else None
             if wanted is not None and not wanted:
@@ -231,15 +236,19 @@ class Fetcher:
                 queue.paused = False
                 self._unheld[queue.tp] = self._topic_partition(queue.tp)
                 let_go = True
+        in_turn = self._in_turn
         if let_go:
             if self._pulling:  # the pull waits for data: it looks at the room again
-                if self._in_turn is not None:
-                    self._in_turn()
+                if in_turn is not None:
+                    in_turn.wake()
                 else:  # cancelling costs ~20 us, and the pull may be over
                     self._pull.cancel()
             self._room.set()
-        elif self._has_room():
-            self._room.set()
+        else:
+            if self._has_room():
+                self._room.set()
+            if in_turn is not None and in_turn.holding and not self._busy():
+                in_turn.wake()  # the handlers are running out of work: take the trickles
 
     async def _failed(self, exc: KafkaError) -> bool:
         """Wait out a retriable error or rebuild a broken consumer; ``False``: stop fetching."""
@@ -317,6 +326,11 @@ class Fetcher:
         if self._aside and self._aside.get(tp, (0, 0.0))[1] > time.monotonic():
             return 0
         return self._config.queue_target_records - queue.count
+
+    def _busy(self) -> bool:
+        """The queues hold a dispatch's worth of work: a trickle may wait meanwhile."""
+        scheduler = self._scheduler
+        return scheduler.live_buffered >= scheduler.quota
 
     async def _rebuild_consumer(self, reason: str) -> bool:
         """Release every partition, then replace the consumer; ``False``: gave up (failed).

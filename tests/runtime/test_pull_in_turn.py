@@ -33,8 +33,8 @@ async def test_a_pull_takes_each_partition_in_turn_up_to_its_allowance(
     try:
         # The pinned aiokafka is the one the hook knows; if an upgrade breaks that,
         # this says so (fairstream still works, pulling small, but slower).
-        wake = pull_in_turn(consumer, lambda tp: allowance[tp.partition])
-        assert wake is not None
+        in_turn = pull_in_turn(consumer, lambda tp: allowance[tp.partition])
+        assert in_turn is not None
         consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
         # A pull can reach a partition once it is fetched.
         await wait_until(lambda: len(consumer._fetcher._records) == PARTITIONS, 30)
@@ -59,7 +59,7 @@ async def test_a_pull_takes_each_partition_in_turn_up_to_its_allowance(
             allowance.update(held)
             allowance[PARTITIONS - 1] = ALLOWED
             woken_after = anyio.current_time()
-            wake()
+            in_turn.wake()
 
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(allow_later)
@@ -95,3 +95,60 @@ async def test_a_consumer_not_aiokafkas_is_left_alone() -> None:
         assert logs == []  # MemoryBroker's consumer pulls its own way, nothing to say
         assert pull_in_turn(OtherFetcher(), lambda tp: 1) is None
     assert [e["event"] for e in logs] == ["pull_in_turn_unavailable"]
+
+
+async def test_a_trickle_waits_in_its_buffer_while_there_is_other_work(
+    broker: Broker, make_topic: TopicFactory
+) -> None:
+    """A partition whose last buffer gave less than its allowance (a live one fed a
+    few records at a time) is left in aiokafka's buffer for up to ``linger`` while
+    another partition's buffer has records or ``busy()`` says the handlers have work,
+    so aiokafka's next fetch comes later and fuller; otherwise it is taken at once.
+    Nothing is skipped or repeated."""
+    topic = await make_topic(partitions=2)
+    trickle, backlog = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    taken: dict[int, list[bytes]] = {0: [], 1: []}
+
+    async def pull(timeout_ms: int) -> set[int]:
+        got = await consumer.getmany(timeout_ms=timeout_ms)
+        for tp, records in got.items():
+            taken[tp.partition] += [r.value for r in records]
+        return {tp.partition for tp, records in got.items() if records}
+
+    async def trickle_to(value: bytes) -> None:
+        await produce(broker.bootstrap, topic, [(0, value)])
+        await wait_until(lambda: trickle in consumer._fetcher._records, 30)
+
+    linger, busy = 3.0, False
+    try:
+        assert pull_in_turn(consumer, lambda tp: ALLOWED, linger=linger, busy=lambda: busy)
+        consumer.assign([trickle, backlog])
+        # Its first buffer gives less than the allowance: taken at once, and from
+        # then on the partition is a trickle.
+        await trickle_to(b"t0")
+        assert await pull(0) == {0}
+        # The backlog partition's buffer holds more than its allowance: it gives
+        # each pull its allowance, while the trickle's buffer waits.
+        await produce(broker.bootstrap, topic, [(1, b"%d" % i) for i in range(3 * ALLOWED)])
+        await wait_until(lambda: backlog in consumer._fetcher._records, 30)
+        await trickle_to(b"t1")
+        assert [await pull(0) for _ in range(3)] == [{1}, {1}, {1}]
+        # Nothing else left to give: the trickle goes with the next pull.
+        assert await pull(0) == {0}
+        # Handlers busy: the trickle waits its linger, and a pull waiting for data
+        # drains again when it is due, not at the end of its timeout.
+        busy = True
+        await trickle_to(b"t2")
+        began = anyio.current_time()
+        assert await pull(0) == set()
+        assert await pull(30_000) == {0}
+        waited = anyio.current_time() - began
+        assert linger * 0.9 <= waited < 20, waited
+        busy = False
+        await trickle_to(b"t3")
+        assert await pull(0) == {0}
+    finally:
+        await consumer.stop()
+    assert taken == {0: [b"t0", b"t1", b"t2", b"t3"], 1: [b"%d" % i for i in range(3 * ALLOWED)]}
