@@ -49,6 +49,33 @@ def add_bootstrap_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_scheduler_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--scheduler",
+        nargs="+",
+        default=[],
+        metavar="FIELD=N",
+        help="SchedulerConfig fields for every fairstream way, e.g. max_buffered_records=4000 "
+        "queue_target_records=400 fetch_linger=0 (the defaults otherwise)",
+    )
+
+
+def scheduler_fields(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, float]:
+    """``--scheduler`` as ``SchedulerConfig`` keyword arguments (counts are ints, seconds
+    may have a fraction); a field or value it refuses stops the command with its error."""
+    from fairstream import FairstreamError, SchedulerConfig
+
+    try:
+        fields: dict[str, float] = {
+            name: float(value) if "." in value else int(value)
+            for name, value in (item.split("=", 1) for item in items)
+        }
+        SchedulerConfig(**fields)
+    except (ValueError, TypeError, FairstreamError) as exc:
+        parser.error(f"--scheduler: {exc}")
+    return fields
+
+
 Commits = Literal["batch", "interval", "auto"]
 """How the raw loop commits: after every batch; after handling, at most once a second;
 or aiokafka's auto-commit (its default), which commits what ``getmany`` returned on a

@@ -70,11 +70,18 @@ from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
 from typing import Protocol
 
-from _common import add_bootstrap_option, cluster, create_topic, raw_aiokafka_loop
+from _common import (
+    add_bootstrap_option,
+    add_scheduler_option,
+    cluster,
+    create_topic,
+    raw_aiokafka_loop,
+    scheduler_fields,
+)
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 
-from fairstream import App, Record, logs
+from fairstream import App, Record, SchedulerConfig, logs
 
 BACKLOG = 0  # the backlog partition; partitions 1..n are live
 STAMP = struct.Struct(">q")
@@ -148,6 +155,8 @@ class Run:
     topic: str
     group_id: str
     probe: Probe
+    scheduler: dict[str, float]
+    """``SchedulerConfig`` fields of the fairstream way (``--scheduler``)."""
 
 
 # --- the ways ------------------------------------------------------------------------
@@ -170,7 +179,12 @@ async def raw_aiokafka(run: Run) -> None:
 
 async def fairstream_records(run: Run) -> None:
     probe = run.probe
-    app = App(bootstrap=run.bootstrap, group_id=run.group_id, assignor="fair")
+    app = App(
+        bootstrap=run.bootstrap,
+        group_id=run.group_id,
+        assignor="fair",
+        scheduler=SchedulerConfig(**run.scheduler),
+    )
 
     @app.subscriber(run.topic)
     async def handle(record: Record[bytes]) -> None:
@@ -398,7 +412,15 @@ async def measure(args: argparse.Namespace, way: str, bootstrap: str, topic: str
         async with asyncio.timeout(args.timeout), asyncio.TaskGroup() as tasks:
             probe.started = time.time_ns()
             tasks.create_task(
-                consume(Run(bootstrap=bootstrap, topic=topic, group_id=group_id, probe=probe))
+                consume(
+                    Run(
+                        bootstrap=bootstrap,
+                        topic=topic,
+                        group_id=group_id,
+                        probe=probe,
+                        scheduler=args.scheduler,
+                    )
+                )
             )
             await probe.drained.wait()
             stop.set()
@@ -521,7 +543,9 @@ def parse_args() -> argparse.Namespace:
         "--timeout", type=float, default=300.0, help="seconds one run may take before failing"
     )
     add_bootstrap_option(parser)
+    add_scheduler_option(parser)
     args = parser.parse_args()
+    args.scheduler = scheduler_fields(parser, args.scheduler)
     if min(args.backlog, args.live_partitions, args.rate, args.window, args.repeat) <= 0:
         parser.error("--backlog, --live-partitions, --rate, --window and --repeat must be > 0")
     if args.value_bytes < STAMP.size:

@@ -66,13 +66,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 
-from _common import Commits, add_bootstrap_option, cluster, create_topic, raw_aiokafka_loop
+from _common import (
+    Commits,
+    add_bootstrap_option,
+    add_scheduler_option,
+    cluster,
+    create_topic,
+    raw_aiokafka_loop,
+    scheduler_fields,
+)
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 from faststream.kafka import KafkaBroker
 
 from fairstream import App, Record, SchedulerConfig, logs
-from fairstream.errors import FairstreamError
 
 
 @dataclass(slots=True)
@@ -103,7 +110,7 @@ class Run:
     group_id: str
     tally: Tally
     max_batch: int
-    scheduler: dict[str, int]
+    scheduler: dict[str, float]
     """``SchedulerConfig`` fields of every fairstream way (``--scheduler``)."""
 
 
@@ -524,14 +531,7 @@ def parse_args() -> argparse.Namespace:
         help="max_batch of the fairstream batch handler and max_records of the bounded raw "
         "loop (FastStream batch keeps its default)",
     )
-    parser.add_argument(
-        "--scheduler",
-        nargs="+",
-        default=[],
-        metavar="FIELD=N",
-        help="SchedulerConfig fields for every fairstream way, e.g. max_buffered_records=4000 "
-        "queue_target_records=400 (the defaults otherwise)",
-    )
+    add_scheduler_option(parser)
     parser.add_argument(
         "--faststream-records",
         type=int,
@@ -546,11 +546,7 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if min(args.records, *args.partitions, args.repeat, args.faststream_records) <= 0:
         parser.error("--records, --partitions, --repeat and --faststream-records must be > 0")
-    try:
-        args.scheduler = {k: int(v) for k, v in (item.split("=", 1) for item in args.scheduler)}
-        SchedulerConfig(**args.scheduler)
-    except (ValueError, TypeError, FairstreamError) as exc:
-        parser.error(f"--scheduler: {exc}")
+    args.scheduler = scheduler_fields(parser, args.scheduler)
     return args
 
 
