@@ -126,7 +126,8 @@ class InTurn:
         self._trickles: set[Any] = set()
         """Partitions whose last buffer gave less than their allowance."""
         self._waiting: dict[Any, tuple[Any, float]] = {}
-        """A trickle's buffer left to wait, and when a pull first left it."""
+        """A trickle's buffer left to wait, and when a pull first left it (entries
+        whose buffer is gone are dropped at the next drain)."""
         self._due = float("inf")
         """When the first buffer left to wait in the last drain is due."""
 
@@ -194,6 +195,9 @@ class InTurn:
         self._due = float("inf")
         linger = self._linger if trickles else 0.0
         now = time.monotonic() if linger else 0.0
+        waiting = self._waiting
+        for tp in [tp for tp, (seen, _) in waiting.items() if buffers.get(tp) is not seen]:
+            del waiting[tp]  # aiokafka dropped it (a rebalance): keep no records alive
         lingering: list[tuple[Any, int, float]] = []
         other_work = False
         for tp in list(buffers):
@@ -202,7 +206,6 @@ class InTurn:
                 if not subscriptions.is_assigned(tp):
                     del buffers[tp]  # revoked: aiokafka drops it the same way
                     trickles.discard(tp)
-                    self._waiting.pop(tp, None)
                 continue
             result = buffers[tp]
             if type(result) is not FetchResult:  # an error of this partition's fetch
@@ -245,7 +248,6 @@ class InTurn:
         else:
             del fetcher._records[tp]
             fetcher._notify(fetcher._wait_consume_future)
-            self._waiting.pop(tp, None)
             if len(records) < wanted:
                 self._trickles.add(tp)
             else:
