@@ -123,7 +123,8 @@ async def test_a_trickle_waits_in_its_buffer_while_there_is_other_work(
 
     linger, busy = 3.0, False
     try:
-        assert pull_in_turn(consumer, lambda tp: ALLOWED, linger=linger, busy=lambda: busy)
+        in_turn = pull_in_turn(consumer, lambda tp: ALLOWED, linger=linger, busy=lambda: busy)
+        assert in_turn is not None
         consumer.assign([trickle, backlog])
         # Its first buffer gives less than the allowance: taken at once, and from
         # then on the partition is a trickle.
@@ -146,9 +147,29 @@ async def test_a_trickle_waits_in_its_buffer_while_there_is_other_work(
         assert await pull(30_000) == {0}
         waited = anyio.current_time() - began
         assert linger * 0.9 <= waited < 20, waited
-        busy = False
+        # The handlers run low while a trickle waits: a wake makes the waiting pull
+        # take it then, not when it is due.
         await trickle_to(b"t3")
+        assert await pull(0) == set()
+        assert in_turn.holding
+
+        async def run_low() -> None:
+            nonlocal busy
+            await anyio.sleep(0.2)
+            busy = False
+            in_turn.wake()
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(run_low)
+            began = anyio.current_time()
+            assert await pull(30_000) == {0}
+        assert anyio.current_time() - began < linger * 0.9, "the pull waited for the due time"
+        # Alone and not busy, a trickle's buffer is taken at once.
+        await trickle_to(b"t4")
         assert await pull(0) == {0}
     finally:
         await consumer.stop()
-    assert taken == {0: [b"t0", b"t1", b"t2", b"t3"], 1: [b"%d" % i for i in range(3 * ALLOWED)]}
+    assert taken == {
+        0: [b"t0", b"t1", b"t2", b"t3", b"t4"],
+        1: [b"%d" % i for i in range(3 * ALLOWED)],
+    }
