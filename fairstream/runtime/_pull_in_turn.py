@@ -19,9 +19,10 @@ queue target per partition, round-robin across partitions. Everything else stays
 aiokafka's: positions, the wait for data, the wait for an assignment, errors.
 
 A *trickle* (a partition whose last buffer gave less than its allowance, a live
-partition fed a few records at a time) may also wait up to ``linger()`` seconds in
-its buffer before a pull takes it, while ``linger()`` says the handlers have other
-work. aiokafka sends no fetch to a broker while a fresh buffer of it waits, so the
+partition fed a few records at a time) may also wait up to ``linger`` seconds in its
+buffer before a pull takes it, while the same pull takes records of a partition that
+is not a trickle or ``busy()`` says the handlers have work enough; otherwise it goes
+with the pull that finds it. aiokafka sends no fetch to a broker while a fresh buffer of it waits, so the
 next fetch comes after the trickle is taken and brings what arrived meanwhile: with
 a backlog draining beside 1,000 live records a second, a third of the fetches, each
 of which costs the consumer a request to build, send and parse and the broker a
@@ -78,8 +79,8 @@ def pull_in_turn(
     """Make ``consumer.getmany()`` take at most ``allowance(tp)`` per partition, in turn.
 
     ``allowance`` gets aiokafka's ``TopicPartition`` (a tuple ``(topic, partition)``);
-    a trickle's buffer may wait up to ``linger`` seconds while another partition's
-    buffer waits too or ``busy()`` says the handlers have work enough.
+    a trickle's buffer may wait up to ``linger`` seconds while the pull takes another
+    partition's records or ``busy()`` says the handlers have work enough.
     Returns the hook: call its ``wake()`` when an allowance grew or ``busy()`` turned
     false while it is ``holding`` a trickle, and a pull waiting for fetched data
     looks at the buffers again at once (cancelling the pull instead costs ~20 us:
