@@ -22,12 +22,13 @@ A *trickle* (a partition whose last buffer gave less than its allowance, a live
 partition fed a few records at a time) may also wait up to ``linger`` seconds in its
 buffer before a pull takes it, while the same pull takes records of a partition that
 is not a trickle or ``busy()`` says the handlers have work enough; otherwise it goes
-with the pull that finds it. aiokafka sends no fetch to a broker while a fresh buffer of it waits, so the
-next fetch comes after the trickle is taken and brings what arrived meanwhile: with
-a backlog draining beside 1,000 live records a second, a third of the fetches, each
-of which costs the consumer a request to build, send and parse and the broker a
-wake-up (``benchmarks/RESULTS.md``, Fairness). A broker with ``fetch_min_bytes``
-would batch them itself; the embedded noida broker answers at once.
+with the pull that finds it. aiokafka sends no fetch to a broker while a fresh
+buffer of it waits, so the next fetch comes after the trickle is taken and brings
+what arrived meanwhile: with a backlog draining beside 1,000 live records a second,
+a third of the fetches, each of which costs the consumer a request to build, send
+and parse and the broker a wake-up (``benchmarks/RESULTS.md``, Fairness). A broker
+with ``fetch_min_bytes`` would batch them itself; the embedded noida broker answers
+at once.
 
 It is private API, so it is guarded: the fetcher must use the names this copy of its
 loop uses, else nothing changes and the fetch room pulls small, as before.
