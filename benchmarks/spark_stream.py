@@ -52,6 +52,9 @@ class Run:
     running: list[float] = field(default_factory=list)
     """Latencies of the live records produced after the first batch ended."""
     first_batch_end: float | None = None
+    window_start: float = 0.0
+    """Live records produced before it are not measured (``--backlog-at``: the backlog's
+    arrival)."""
     backlog_read: int = 0
     drained_after: float | None = None
     batches: int = 0
@@ -64,6 +67,12 @@ def make_topic(bootstrap: str, backlog: int) -> str:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(topic, 8, 1)]).values():
         future.result(timeout=30)
+    produce_backlog(bootstrap, topic, backlog)
+    return topic
+
+
+def produce_backlog(bootstrap: str, topic: str, backlog: int) -> None:
+    """``backlog`` records of 100 bytes into partition 0, as fast as the broker takes them."""
     producer = Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000}
     )
@@ -77,7 +86,6 @@ def make_topic(bootstrap: str, backlog: int) -> str:
                 producer.poll(0.05)
     if producer.flush(120):
         raise SystemExit("the backlog was not delivered within 120 s")
-    return topic
 
 
 def produce_live(bootstrap: str, topic: str, rate: int, stop: threading.Event) -> None:
@@ -110,7 +118,8 @@ def run_query(spark: object, bootstrap: str, args: argparse.Namespace, mode: str
     from pyspark.sql import SparkSession
 
     assert isinstance(spark, SparkSession)
-    topic = make_topic(bootstrap, args.backlog)
+    mid_run = args.backlog_at is not None
+    topic = make_topic(bootstrap, 0 if mid_run else args.backlog)
     run = Run(backlog=args.backlog)
     stop = threading.Event()
     live = threading.Thread(target=produce_live, args=(bootstrap, topic, args.rate, stop))
@@ -137,6 +146,8 @@ def run_query(spark: object, bootstrap: str, args: argparse.Namespace, mode: str
                 run.backlog_read += 1
             else:
                 produced = float(row["value"])
+                if produced < run.window_start:
+                    continue  # before the backlog appeared (--backlog-at)
                 run.latencies.append(ended - produced)
                 if run.first_batch_end is not None and produced > run.first_batch_end:
                     run.running.append(ended - produced)
@@ -157,6 +168,11 @@ def run_query(spark: object, bootstrap: str, args: argparse.Namespace, mode: str
             .start()
         )
         try:
+            if mid_run:  # the query runs on live traffic alone, then the backlog arrives
+                time.sleep(args.backlog_at)
+                run.window_start = time.time()
+                began = time.monotonic()
+                produce_backlog(bootstrap, topic, args.backlog)
             while run.drained_after is None and time.monotonic() - began < args.limit:
                 if not query.isActive:
                     raise SystemExit(f"the {mode} query failed: {query.exception()}")
@@ -239,6 +255,14 @@ def main() -> None:
     parser.add_argument("--max-records", type=int, default=20_000)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--limit", type=float, default=600, help="seconds a run may take")
+    parser.add_argument(
+        "--backlog-at",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="produce the backlog this long after the query started, and measure the live "
+        "records produced from then on (default: the backlog is there before it starts)",
+    )
     parser.add_argument(
         "--modes", default="fair,proportional", help="fair, proportional, fair+catch-up"
     )
