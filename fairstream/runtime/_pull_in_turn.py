@@ -219,9 +219,9 @@ class InTurn:
                 continue
             trickle = tp in trickles
             if linger and trickle:
-                seen, since = self._waiting.get(tp, (None, now))
+                seen, since = waiting.get(tp, (None, now))
                 if seen is not result:  # a new buffer: its wait starts now
-                    self._waiting[tp] = (result, now)
+                    waiting[tp] = (result, now)
                     since = now
                 if now - since < linger:
                     lingering.append((tp, allowed, since))
