@@ -209,23 +209,27 @@ def _stop_between_batches(query: StreamingQuery) -> None:
 
 
 def warm_up(spark: object, bootstrap: str) -> None:
-    """A small query first, so neither measured run pays Spark's cold start: 30k
-    records in batches of 3,000 make both local[2] Python workers start (a worker's
-    first task pays ~1 s of imports; with one warmed worker the measured run's first
-    batch waited for the second), and ten batches through the measured runs' sink
-    warm the JVM's code for it: after a one-batch warm-up into the ``noop`` sink the
-    first measured query's first three batches took 2.6, 1.06 and 0.97 s, after this
-    one 1.9, 0.63 and 0.61 s (one fair run each; the steady batches ~0.4 s)."""
+    """A small query first, so neither measured run pays Spark's cold start.
+
+    200k records in batches of 20,000 make both local[2] Python workers start: a
+    batch of that size is planned as two tasks (``TASK_RECORDS``), one of fewer as
+    one, and a worker's first task pays ~1 s of imports. (Batches of 3,000 did not:
+    every task went to one worker, and the first measured batch with two tasks waited
+    ~1 s for the second: fair's, as proportional's first came later and found it
+    started.) And ten batches through the measured runs' sink warm the JVM's code for
+    it: after a one-batch warm-up into the ``noop`` sink the first measured query's
+    first three batches took 2.6, 1.06 and 0.97 s, after ten 1.9, 0.63 and 0.61 s
+    (one fair run each; the steady batches ~0.4 s)."""
     from pyspark.sql import SparkSession
 
     assert isinstance(spark, SparkSession)
     register(spark)
-    topic = make_topic(bootstrap, 30_000)
+    topic = make_topic(bootstrap, 200_000)
     options = {
         "bootstrap": bootstrap,
         "topics": topic,
         "group_id": "warm",
-        "maxRecordsPerBatch": "3000",
+        "maxRecordsPerBatch": "20000",
     }
 
     def sink(batch: DataFrame, batch_id: int) -> None:
