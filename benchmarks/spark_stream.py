@@ -21,6 +21,7 @@ under either rule), and the time to drain the backlog::
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import statistics
 import tempfile
 import threading
@@ -37,6 +38,9 @@ from fairstream import logs
 from fairstream.spark import build_session, register
 
 if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+    from multiprocessing.synchronize import Event
+
     from pyspark.sql import DataFrame, Row
     from pyspark.sql.streaming import StreamingQuery
 
@@ -71,12 +75,15 @@ def make_topic(bootstrap: str, backlog: int) -> str:
     return topic
 
 
-def produce_backlog(bootstrap: str, topic: str, backlog: int) -> None:
-    """``backlog`` records of 100 bytes into partition 0, as fast as the broker takes them."""
+def produce_backlog(bootstrap: str, topic: str, backlog: int, began: Event | None = None) -> None:
+    """``backlog`` records of 100 bytes into partition 0, as fast as the broker takes them
+    (``began`` is set just before the first)."""
     producer = Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000}
     )
     value = b"x" * 100
+    if began is not None:
+        began.set()
     for _ in range(backlog):
         while True:
             try:
@@ -86,6 +93,19 @@ def produce_backlog(bootstrap: str, topic: str, backlog: int) -> None:
                 producer.poll(0.05)
     if producer.flush(120):
         raise SystemExit("the backlog was not delivered within 120 s")
+
+
+def start_backlog_elsewhere(bootstrap: str, topic: str, backlog: int) -> BaseProcess:
+    """:func:`produce_backlog` in another process, as another application would produce
+    it (here, its million produce calls would hold the GIL that the live producer's
+    thread and the sink need); returns once the first record is about to be sent."""
+    context = multiprocessing.get_context("spawn")
+    began = context.Event()
+    child = context.Process(target=produce_backlog, args=(bootstrap, topic, backlog, began))
+    child.start()
+    if not began.wait(60):
+        raise SystemExit("the backlog's producer did not start within 60 s")
+    return child
 
 
 def produce_live(bootstrap: str, topic: str, rate: int, stop: threading.Event) -> None:
@@ -170,9 +190,11 @@ def run_query(spark: object, bootstrap: str, args: argparse.Namespace, mode: str
         try:
             if mid_run:  # the query runs on live traffic alone, then the backlog arrives
                 time.sleep(args.backlog_at)
-                run.window_start = time.time()
-                began = time.monotonic()
-                produce_backlog(bootstrap, topic, args.backlog)
+                producer = start_backlog_elsewhere(bootstrap, topic, args.backlog)
+                began, run.window_start = time.monotonic(), time.time()
+                producer.join()
+                if producer.exitcode:
+                    raise SystemExit(f"producing the backlog failed (exit {producer.exitcode})")
             while run.drained_after is None and time.monotonic() - began < args.limit:
                 if not query.isActive:
                     raise SystemExit(f"the {mode} query failed: {query.exception()}")
@@ -264,7 +286,7 @@ def main() -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="produce the backlog this long after the query started, and measure the live "
+        help="produce the backlog (from another process) this long after the query started, and measure the live "
         "records produced from then on (default: the backlog is there before it starts)",
     )
     parser.add_argument(
