@@ -15,7 +15,9 @@ has at least :data:`KEEP_AHEAD` records beyond its position: near the log end it
 would keep asking the broker for more (noida answers such fetches at once,
 thousands a second), so there it is unassigned and kept for any partition, which
 still saves creating a client. A consumer in an unknown state (the read failed or
-was abandoned) is closed, never kept.
+was abandoned) is closed, never kept. A reader *warmed* for a batch to come
+(:meth:`ReaderPool.warm`: the streaming source holds a large first read back one
+batch and has every task start one) is kept assigned at its start, fetching.
 """
 
 from __future__ import annotations
@@ -119,11 +121,24 @@ class ReaderPool:
             reader.aim(chunk)
         return reader
 
+    def warm(
+        self, client: Hashable, chunk: Chunk, create: Callable[[deque[KafkaError]], Consumer]
+    ) -> None:
+        """Have an idle reader fetching ``chunk``'s partition from its start, for a task
+        to come, unless one that serves it is kept already."""
+        with self._lock:
+            if any(r.serves(client, chunk) for r in self._idle):
+                return
+        self._keep(self.take(client, chunk, create))
+
     def release(self, reader: Reader) -> None:
         """Keep a reader that finished its chunk (see the module's rules)."""
         if reader.records_ahead() < KEEP_AHEAD:
             reader.consumer.unassign()
             reader.topic, reader.partition, reader.position = None, -1, -1
+        self._keep(reader)
+
+    def _keep(self, reader: Reader) -> None:
         reader.idle_since = time.monotonic()
         with self._lock:
             stale = self._expire()

@@ -110,15 +110,20 @@ class ReadSettings:
         }
 
 
-def read_task(settings: ReadSettings, chunks: Sequence[Chunk]) -> Iterator[pa.RecordBatch]:
+def read_task(
+    settings: ReadSettings, chunks: Sequence[Chunk], warm: Sequence[Chunk] = ()
+) -> Iterator[pa.RecordBatch]:
     """Read the chunks one after another, yielding Arrow batches.
 
     Each chunk takes a consumer from the worker's pool (:mod:`._readers`) and gives it
-    back once read; a read that fails or is abandoned closes its consumer.
+    back once read; a read that fails or is abandoned closes its consumer. First, the
+    pool gets a reader fetching from each of ``warm``'s starts, for a task to come.
 
     :raises BrokerError: a chunk made no progress for ``stall_timeout`` seconds
         (broker down, records missing) or the consumer reported a fatal error.
     """
+    for chunk in warm:
+        POOL.warm(settings.client, chunk, settings.consumer)
     for chunk in chunks:
         reader = POOL.take(settings.client, chunk, settings.consumer)
         try:

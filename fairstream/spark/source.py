@@ -87,11 +87,14 @@ COUNT_SCHEMA = StructType([StructField("records", LongType(), False)])
 
 
 class TaskPartition(InputPartition):
-    """One Spark input partition: the chunks one task reads, in order."""
+    """One Spark input partition: the chunks one task reads, in order, and the
+    partitions it starts readers for, for a batch to come (empty chunks at their
+    first offsets; see :func:`.streamplan.hold_new_reads`)."""
 
-    def __init__(self, index: int, chunks: Sequence[Chunk]) -> None:
+    def __init__(self, index: int, chunks: Sequence[Chunk], warm: Sequence[Chunk] = ()) -> None:
         super().__init__(index)
         self.chunks = tuple(chunks)
+        self.warm = tuple(warm)
 
 
 class _Reader(DataSourceReader):

@@ -35,7 +35,7 @@ from fairstream.errors import ConfigError
 from fairstream.spark._extra import missing_extra
 from fairstream.spark.cluster import commit, read_states
 from fairstream.spark.handlers import decode_handler, handle_batches
-from fairstream.spark.planning import PartitionState
+from fairstream.spark.planning import Chunk, PartitionState
 from fairstream.spark.reading import ReadSettings, read_task
 from fairstream.spark.source import FairstreamDataSource, TaskPartition, settings_from_options
 from fairstream.spark.streamplan import (
@@ -46,6 +46,7 @@ from fairstream.spark.streamplan import (
     admit,
     batch_ranges,
     group_commits,
+    hold_new_reads,
     plan_tasks,
 )
 
@@ -178,6 +179,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._committed: StreamOffset | None = None
         self._log_starts: dict[TopicPartition, int] | None = None
         self._log_ends: dict[str, int] | None = None
+        self._read_last: frozenset[TopicPartition] = frozenset()
+        """The partitions the last planned batch read or started readers for."""
+        self._warm: list[Chunk] = []
+        """Ranges held back for the next batch; this one starts their readers
+        (:func:`hold_new_reads`)."""
 
     def _states(self) -> list[PartitionState]:
         o = self.options
@@ -216,6 +222,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 logs[tp] = (s.log_start, s.log_end)
         rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = admit(begin.positions, logs, rows, self.options.admission)
+        end, self._warm = hold_new_reads(begin.positions, end, self._read_last)
         if all(begin.positions.get(tp) == pos for tp, pos in end.items()):
             return start  # Spark's "no new data": the same offset back
         return StreamOffset(self.options.group_id, end).to_json()
@@ -229,11 +236,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._log_starts is None:  # a batch rerun after a restart: no latestOffset yet
             self._log_starts = {(s.topic, s.partition): s.log_start for s in self._states()}
         begin, done = self._parse(start).positions, self._parse(end).positions
-        tasks = plan_tasks(batch_ranges(begin, done, self._log_starts), self.options.max_tasks)
-        return [TaskPartition(i, task) for i, task in enumerate(tasks)]
+        chunks = batch_ranges(begin, done, self._log_starts)
+        tasks = plan_tasks(chunks, self.options.max_tasks)
+        warm, self._warm = self._warm, []
+        # As many tasks as the batch that reads the held ranges will have, so that
+        # each of its workers has started a reader (tasks without chunks only do that).
+        spread = len(plan_tasks([*chunks, *warm], self.options.max_tasks))
+        tasks += [[] for _ in range(spread - len(tasks))]
+        self._read_last = frozenset((c.topic, c.partition) for c in [*chunks, *warm])
+        return [TaskPartition(i, task, warm) for i, task in enumerate(tasks)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        batches = read_task(self.options.read, cast(TaskPartition, partition).chunks)
+        task = cast(TaskPartition, partition)
+        batches = read_task(self.options.read, task.chunks, warm=task.warm)
         if self.options.handler is None:
             return batches
         return handle_batches(decode_handler(self.options.handler))(batches)

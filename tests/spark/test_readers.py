@@ -4,6 +4,7 @@ chunk still reads exactly its own records."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -61,6 +62,26 @@ def test_the_next_chunk_reuses_the_reader_that_fetched_it(noida: Broker, pool: R
     assert read(settings, topic, 0, 9_500, 12_000) == list(range(9_500, 12_000))
     assert only(pool) is first
     assert first.position == 12_000
+
+
+def test_a_warmed_reader_fetches_before_its_chunk_is_read(noida: Broker, pool: ReaderPool) -> None:
+    topic = fill_topic(noida.bootstrap, [30_000])
+    settings = ReadSettings(bootstrap=noida.bootstrap)
+    held = Chunk(topic=topic, partition=0, start=5_000, end=20_000)
+
+    assert list(read_task(settings, [], warm=[held])) == []  # a task that only warms
+    warmed = only(pool)
+    assert (warmed.topic, warmed.partition, warmed.position) == (topic, 0, 5_000)
+    deadline = time.monotonic() + 10
+    while warmed.records_ahead() != 25_000:  # the log end comes with a fetch's answer
+        assert time.monotonic() < deadline, "the warmed reader never fetched"
+        time.sleep(0.05)
+
+    assert read(settings, topic, 0, 5_000, 20_000) == list(range(5_000, 20_000))
+    assert only(pool) is warmed
+    # Warming where a kept reader stands already starts nothing.
+    list(read_task(settings, [], warm=[Chunk(topic=topic, partition=0, start=20_000, end=21_000)]))
+    assert only(pool) is warmed
 
 
 def test_a_chunk_below_the_kept_position_gets_its_own_reader(

@@ -37,6 +37,10 @@ def run_available_now(
     return query
 
 
+def source_options(broker: Broker, topic: str, group_id: str, **more: str) -> dict[str, str]:
+    return {"bootstrap": broker.bootstrap, "topics": topic, "group_id": group_id, **more}
+
+
 def written(out: Path) -> list[tuple[int, int, bytes | None]]:
     table = pq.read_table(out, columns=["partition", "offset", "value"])
     return list(
@@ -48,12 +52,7 @@ def test_available_now_writes_every_record_once_and_commits_the_group(
     spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path
 ) -> None:
     topic = fill_topic(noida.bootstrap, [2500, 300, 40])
-    options = {
-        "bootstrap": noida.bootstrap,
-        "topics": topic,
-        "group_id": group_id,
-        "maxRecordsPerBatch": "1000",
-    }
+    options = source_options(noida, topic, group_id, maxRecordsPerBatch="1000")
 
     query = run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
 
@@ -68,15 +67,29 @@ def test_available_now_writes_every_record_once_and_commits_the_group(
     assert [(s.committed, s.metadata) for s in states] == [(2500, ""), (300, ""), (40, "")]
 
 
+def test_a_large_first_read_waits_one_batch_while_every_task_starts_its_reader(
+    spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path
+) -> None:
+    topic = fill_topic(noida.bootstrap, [25_000, 300])
+    options = source_options(noida, topic, group_id, maxRecordsPerBatch="20000")
+
+    query = run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
+
+    # Batch 0 reads partition 1 alone and starts partition 0's readers in two tasks
+    # (as many as the 20k-record batch that reads it), so no batch waits for them.
+    batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert batches == [300, 20_000, 5_000]
+    rows = written(tmp_path / "out")
+    expected = {(0, o) for o in range(25_000)} | {(1, o) for o in range(300)}
+    assert sorted((p, o) for p, o, _ in rows) == sorted(expected)  # each exactly once
+
+
 def test_catch_up_ranges_resume_from_the_checkpoint_and_reach_the_group(
     spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path
 ) -> None:
     topic = fill_topic(noida.bootstrap, [3000, 100])
     options = {
-        "bootstrap": noida.bootstrap,
-        "topics": topic,
-        "group_id": group_id,
-        "maxRecordsPerBatch": "400",
+        **source_options(noida, topic, group_id, maxRecordsPerBatch="400"),
         "parallelCatchUp": "true",
         "catchUpThreshold": "500",
         "catchUpShare": "0.25",

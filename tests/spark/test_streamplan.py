@@ -14,6 +14,7 @@ from fairstream.spark.streamplan import (
     admit,
     batch_ranges,
     group_commits,
+    hold_new_reads,
     plan_tasks,
     proportional_split,
     water_fill,
@@ -118,3 +119,36 @@ def test_a_hot_partition_is_read_by_several_tasks_and_small_batches_by_one() -> 
     assert sum(len(c) for task in tasks for c in task if c.partition == 0) == 40_000
     assert len(plan_tasks(live, max_tasks=8)) == 1
     assert plan_tasks([], max_tasks=8) == []
+
+
+def test_a_large_read_of_a_partition_not_read_last_batch_waits_one_batch_for_its_readers() -> None:
+    start = {HOT: Position(1000), A: Position(0), B: Position(0)}
+    end = {HOT: Position(19_400), A: Position(300), B: Position(300)}
+    held, warm = hold_new_reads(start, end, read_last=[A, B])
+    # HOT reads nothing this batch; every task starts a reader at its first offset.
+    assert held == {HOT: Position(1000), A: Position(300), B: Position(300)}
+    assert warm == [Chunk(topic="t", partition=0, start=1000, end=19_400)]
+    # The batch after, HOT was warmed (the source counts it as read): nothing is held.
+    assert hold_new_reads(start, end, read_last=[HOT, A, B]) == (end, [])
+
+
+def test_small_reads_and_batches_with_nothing_else_are_not_held() -> None:
+    start = {HOT: Position(0), A: Position(0)}
+    small = {HOT: Position(10_000), A: Position(300)}  # at most TASK_RECORDS
+    assert hold_new_reads(start, small, read_last=[]) == (small, [])
+    alone = {HOT: Position(20_000), A: Position(0)}  # held, the batch would be empty
+    assert hold_new_reads(start, alone, read_last=[]) == (alone, [])
+    entering = {**small, B: Position(5)}  # a new partition is read from the next batch
+    assert hold_new_reads(start, entering, read_last=[]) == (entering, [])
+    many = {("t", p): Position(0) for p in range(3, 6)}  # more than HOLD_LIMIT: a replay
+    replay = ({**start, **many}, {HOT: Position(11_000), A: Position(300)})
+    replay[1].update({tp: Position(11_000) for tp in many})
+    assert hold_new_reads(*replay, read_last=[]) == (replay[1], [])
+
+
+def test_a_held_catch_up_partition_warms_at_its_first_owed_offset() -> None:
+    start = {HOT: Position(900_000, (OffsetRange(100, 900_000),)), A: Position(0)}
+    end = {HOT: Position(900_050, (OffsetRange(15_000, 900_000),)), A: Position(40)}
+    held, warm = hold_new_reads(start, end, read_last=[A])
+    assert held[HOT] == start[HOT]
+    assert warm == [Chunk(topic="t", partition=0, start=100, end=15_000)]
