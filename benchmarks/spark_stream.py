@@ -286,8 +286,9 @@ def main() -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="produce the backlog (from another process) this long after the query started, and measure the live "
-        "records produced from then on (default: the backlog is there before it starts)",
+        help="produce the backlog (from another process) this long after the query "
+        "started, and measure the live records produced from then on (default: the "
+        "backlog is there before it starts)",
     )
     parser.add_argument(
         "--modes", default="fair,proportional", help="fair, proportional, fair+catch-up"
