@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import cast
 
 import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.datasource import ReadMaxRows
 from pyspark.sql.streaming.query import StreamingQuery
 
 from fairstream.ranges import decode_shadow
 from fairstream.spark import register
 from fairstream.spark.cluster import read_states
+from fairstream.spark.planning import Chunk
+from fairstream.spark.source import TaskPartition
+from fairstream.spark.stream import StreamOptions, StreamReader
 from tests.conftest import Broker
 from tests.spark.conftest import fill_topic, record_value
 
@@ -82,6 +87,31 @@ def test_a_large_first_read_waits_one_batch_while_every_task_starts_its_reader(
     rows = written(tmp_path / "out")
     expected = {(0, o) for o in range(25_000)} | {(1, o) for o in range(300)}
     assert sorted((p, o) for p, o, _ in rows) == sorted(expected)  # each exactly once
+
+
+def test_the_held_batch_plans_a_task_per_reader_the_next_batch_needs(
+    noida: Broker, group_id: str
+) -> None:
+    """The driver's side of the hold, without Spark: what each task reads and warms."""
+    topic = fill_topic(noida.bootstrap, [25_000, 300])
+    options = source_options(noida, topic, group_id, maxRecordsPerBatch="20000")
+    reader = StreamReader(StreamOptions.parse({**options, "startingOffsets": "earliest"}))
+    limit = ReadMaxRows(20_000)
+    start = reader.initialOffset()
+
+    held = reader.latestOffset(start, limit)
+    tasks = cast(list[TaskPartition], reader.partitions(start, held))
+    first = Chunk(topic=topic, partition=0, start=0, end=20_000 - 300)
+    assert [t.chunks for t in tasks] == [(Chunk(topic=topic, partition=1, start=0, end=300),), ()]
+    assert [t.warm for t in tasks] == [(first,), (first,)]
+
+    later = reader.latestOffset(held, limit)
+    tasks = cast(list[TaskPartition], reader.partitions(held, later))
+    assert sorted(c for t in tasks for c in t.chunks) == [
+        Chunk(topic=topic, partition=0, start=0, end=10_000),
+        Chunk(topic=topic, partition=0, start=10_000, end=20_000),
+    ]
+    assert all(t.warm == () for t in tasks)
 
 
 def test_catch_up_ranges_resume_from_the_checkpoint_and_reach_the_group(
