@@ -87,9 +87,9 @@ COUNT_SCHEMA = StructType([StructField("records", LongType(), False)])
 
 
 class TaskPartition(InputPartition):
-    """One Spark input partition: the chunks one task reads, in order, and the
-    partitions it starts readers for, for a batch to come (empty chunks at their
-    first offsets; see :func:`.streamplan.hold_new_reads`)."""
+    """One Spark input partition: the chunks one task reads, in order, and the chunks
+    whose readers it starts, at their first offsets, for the next batch to read
+    (``warm``; see :func:`.streamplan.hold_new_reads`)."""
 
     def __init__(self, index: int, chunks: Sequence[Chunk], warm: Sequence[Chunk] = ()) -> None:
         super().__init__(index)
