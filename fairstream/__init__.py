@@ -3,9 +3,15 @@
 The public API lives here; ``fairstream.assign`` (pure planning),
 ``fairstream.testing`` (brokers and the in-memory kit) and ``fairstream.spark``
 (backfills) are imported explicitly.
+
+The consumer's names (``App``, ``Record``, ...) load with the runtime on first use,
+so ``import fairstream.spark`` in a Spark worker, or ``fairstream.assign`` in a
+planner, does not import aiokafka and anyio: a Spark query's streaming-source
+process and each Python worker start ~0.2 s sooner (``benchmarks/RESULTS.md``).
 """
 
 from types import FunctionType
+from typing import TYPE_CHECKING
 
 from fairstream.config import (
     ConsumerConfig,
@@ -28,15 +34,24 @@ from fairstream.errors import (
     HandoffFailed,
     PlanError,
 )
-from fairstream.runtime._admin import BrokerAdmin
-from fairstream.runtime._app import App, Health
-from fairstream.runtime._assignors import make_assignor
-from fairstream.runtime._decode import DecodeError, Decoder
-from fairstream.runtime._http import serve_status
-from fairstream.runtime._loader import load_app
-from fairstream.runtime._middleware import CallNext, Middleware
-from fairstream.runtime._record import Record
-from fairstream.runtime._stats import AppStats, HandlerLatency, PartitionStats
+
+if TYPE_CHECKING:
+    from fairstream.runtime import (
+        App,
+        AppStats,
+        BrokerAdmin,
+        CallNext,
+        DecodeError,
+        Decoder,
+        HandlerLatency,
+        Health,
+        Middleware,
+        PartitionStats,
+        Record,
+        load_app,
+        make_assignor,
+        serve_status,
+    )
 
 __all__ = [
     "App",
@@ -76,14 +91,30 @@ __version__ = "0.1.0"
 
 
 def _show_public_paths() -> None:
-    """Reprs, tracebacks and docs say ``fairstream.App``, where users import it from.
+    """Reprs, tracebacks and docs say ``fairstream.SchedulerConfig``, where users import
+    it from (``fairstream.runtime`` does the same for its names).
 
     The way trio and anyio fix up their re-exports; the classes stay where they are.
     """
     for name in __all__:
-        obj = globals()[name]
+        obj = globals().get(name)
         if isinstance(obj, type | FunctionType):  # type aliases keep theirs
             obj.__module__ = __name__
 
 
 _show_public_paths()
+
+
+def __getattr__(name: str) -> object:
+    """A runtime name, imported on first use (see the module's docstring)."""
+    if name not in __all__:
+        raise AttributeError(f"module 'fairstream' has no attribute {name!r}")
+    import fairstream.runtime
+
+    value = getattr(fairstream.runtime, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -214,6 +216,34 @@ def test_public_names_show_their_public_path(module: str) -> None:
     assert classes
     assert {cls.__module__ for cls in classes} == {module}
     assert repr(fairstream.App).startswith("<class 'fairstream.App'")
+
+
+def _python(code: str) -> str:
+    """What a fresh interpreter prints running ``code``."""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return run.stdout.strip()
+
+
+@pytest.mark.parametrize(
+    "module", ["fairstream.spark.stream", "fairstream.spark.source", "fairstream.assign"]
+)
+def test_spark_and_planning_leave_the_runtime_out(module: str) -> None:
+    """A Spark worker, a Spark query's source process and a planner import neither the
+    consumer runtime nor aiokafka and anyio (~0.2 s a process): ``fairstream`` loads
+    the runtime's names on first use."""
+    loaded = "print(*[m for m in ('fairstream.runtime', 'aiokafka', 'anyio') if m in sys.modules])"
+    assert _python(f"import sys, {module}\n{loaded}") == ""
+    used = f"import sys, {module}, fairstream\nfairstream.App\n{loaded}"
+    assert _python(used) == "fairstream.runtime aiokafka anyio"
+
+
+def test_a_runtime_module_imported_first_still_shows_public_paths() -> None:
+    code = (
+        "from fairstream.runtime._app import App\n"
+        "from fairstream.runtime._record import Record\n"
+        "print(App.__module__, Record.__module__)"
+    )
+    assert _python(code) == "fairstream fairstream"
 
 
 def test_spark_modules_do_not_import_their_package_face() -> None:
