@@ -10,6 +10,7 @@ planner, does not import aiokafka and anyio: a Spark query's streaming-source
 process and each Python worker start ~0.2 s sooner (``benchmarks/RESULTS.md``).
 """
 
+import importlib
 from types import FunctionType
 from typing import TYPE_CHECKING
 
@@ -105,8 +106,15 @@ def _show_public_paths() -> None:
 _show_public_paths()
 
 
+_SUBMODULES = frozenset({"assign", "logs"})
+"""Modules that ``import fairstream`` made reachable while it imported the runtime
+(``fairstream.logs.configure(...)``): still reachable, imported on first use."""
+
+
 def __getattr__(name: str) -> object:
     """A runtime name, imported on first use (see the module's docstring)."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f"fairstream.{name}")
     if name not in __all__:
         raise AttributeError(f"module 'fairstream' has no attribute {name!r}")
     import fairstream.runtime

@@ -237,6 +237,12 @@ def test_spark_and_planning_leave_the_runtime_out(module: str) -> None:
     assert _python(used) == "fairstream.runtime aiokafka anyio"
 
 
+def test_what_import_fairstream_reached_before_is_still_reachable() -> None:
+    code = "import fairstream\nprint(fairstream.logs.configure, fairstream.assign.plan)"
+    shown = _python(code)
+    assert "<function configure at" in shown and "<function plan at" in shown
+
+
 def test_a_runtime_module_imported_first_still_shows_public_paths() -> None:
     code = (
         "from fairstream.runtime._app import App\n"
