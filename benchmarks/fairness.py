@@ -21,7 +21,10 @@ there: its first ``getmany`` fetches and decodes the whole backlog (1M
 ``ConsumerRecord`` objects, a second or more) before it handles one, while
 fairstream decodes a pull at a time, inside the drain. Both ways do the same work
 from their start (join, fetch, decode, handle), so the second compares like with
-like.
+like. Beside it, the CPU time this process spent per backlog record over the same
+span (the consumer runs here; the broker and the live producer do not): a
+neighbour on a shared machine steals wall time but little CPU time, so this
+compares two versions of fairstream where the rates are too noisy to.
 
 Reported over the drain (first to last backlog record handled):
 
@@ -110,6 +113,10 @@ class Probe:
     backlog: int
     work_ns: int
     started: int = 0
+    cpu_started: int = 0
+    """This process's CPU time (ns) when the consumer started."""
+    cpu_drained: int = 0
+    """The same at the last backlog record."""
     backlog_seen: array[int] = field(default_factory=lambda: array("q"))
     live_partition: array[int] = field(default_factory=lambda: array("q"))
     live_sent: array[int] = field(default_factory=lambda: array("q"))
@@ -140,6 +147,7 @@ class Probe:
         if partition == BACKLOG:
             self.backlog_seen.append(now)
             if len(self.backlog_seen) == self.backlog:
+                self.cpu_drained = time.process_time_ns()
                 self.drained.set()
         else:
             self.live_partition.append(partition)
@@ -300,6 +308,8 @@ class Result:
     max_ms: float
     jain: float
     duplicates: int
+    cpu_us: float
+    """This process's CPU time per backlog record from the consumer's start."""
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -383,6 +393,7 @@ def summarize(way: str, probe: Probe, window_s: float) -> Result:
         max_ms=max(latencies),
         jain=window_jain(probe, start, end, int(window_s * 1e9)),
         duplicates=probe.duplicates,
+        cpu_us=(probe.cpu_drained - probe.cpu_started) / 1e3 / probe.backlog,
     )
 
 
@@ -411,6 +422,7 @@ async def measure(args: argparse.Namespace, way: str, bootstrap: str, topic: str
             raise SystemExit("the live producer did not start within 60 s")
         async with asyncio.timeout(args.timeout), asyncio.TaskGroup() as tasks:
             probe.started = time.time_ns()
+            probe.cpu_started = time.process_time_ns()
             tasks.create_task(
                 consume(
                     Run(
@@ -449,8 +461,9 @@ def print_table(results: list[Result]) -> None:
         by_way.setdefault(result.way, []).append(result)
     print(
         "\n| way | runs | live p50 ms | live p99 ms | live max ms | Jain's index "
-        "| backlog records/s | from the start | live records/run | redelivered |"
-        "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| backlog records/s | from the start | CPU us/backlog record | live records/run "
+        "| redelivered |"
+        "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     )
     for way, group in by_way.items():
         print(
@@ -460,6 +473,7 @@ def print_table(results: list[Result]) -> None:
             f"| {spread([r.jain for r in group], '.3f')} "
             f"| {spread([r.backlog_rate for r in group], ',.0f')} "
             f"| {spread([r.cold_rate for r in group], ',.0f')} "
+            f"| {spread([r.cpu_us for r in group], '.2f')} "
             f"| {statistics.median(r.live for r in group):,.0f} "
             f"| {sum(r.duplicates for r in group):,} |"
         )
@@ -478,6 +492,11 @@ def print_table(results: list[Result]) -> None:
             "fairstream backlog records/s / raw aiokafka's, paired per repeat "
             f"(min / median / max): from the first backlog record {spread(drains, '.2f')}, "
             f"from the consumer's start {spread(colds, '.2f')} (goal >= 0.95)"
+        )
+        cpus = [f.cpu_us / r.cpu_us for r, f in zip(raw, fair, strict=True)]
+        print(
+            "fairstream CPU per backlog record / raw aiokafka's, from the consumer's start, "
+            f"paired per repeat (min / median / max): {spread(cpus, '.3f')}"
         )
 
 
