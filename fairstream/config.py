@@ -228,7 +228,8 @@ class SchedulerConfig:
     """KIP-387 fair scheduling and backpressure bounds.
 
     ``partition_quota`` is how many records one partition may contribute to a
-    dispatch before the scheduler moves on to the next partition. Records are
+    dispatch before the scheduler moves on to the next partition; a partition no
+    other ready partition competes with takes what the dispatch has room for. Records are
     pulled from aiokafka only into partition queues below ``queue_target_records``
     and ``queue_target_bytes``, and one pull brings at most what is left under
     ``max_buffered_records`` (the records decoded ahead of the handlers in all

@@ -27,6 +27,27 @@ def test_backlog_gets_one_quota_per_round() -> None:
     assert [(s.tp[1], len(s.records)) for s in dispatch.slices] == [(0, 10), (1, 5), (2, 5)]
 
 
+def test_a_partition_alone_takes_what_the_dispatch_has_room_for() -> None:
+    """The quota shares a dispatch among partitions that compete; alone, one takes more."""
+    scheduler = _scheduler(quota=10, max_batch=300, partitions=2)
+    scheduler.push(("t", 0), list(range(500)), nbytes=500)
+    alone = scheduler.next_dispatch()
+    assert alone is not None and [len(s.records) for s in alone.slices] == [300]
+    scheduler.release(alone)
+    scheduler.push(("t", 1), list(range(50)), nbytes=50)
+    shared = scheduler.next_dispatch()
+    assert shared is not None
+    assert [(s.tp[1], len(s.records)) for s in shared.slices] == [(0, 10), (1, 50)]
+
+    single = _scheduler(quota=10, max_batch=300, partitions=2)
+    single.configure_lane(0, single=True, limit=2)
+    single.push(("t", 0), list(range(500)), nbytes=500)
+    single.push(("t", 1), list(range(50)), nbytes=50)
+    first, second = single.next_dispatch(), single.next_dispatch()
+    assert first is not None and second is not None
+    assert [len(s.records) for d in (first, second) for s in d.slices] == [10, 50]
+
+
 def test_a_partition_in_flight_is_not_dispatched_again_until_released() -> None:
     scheduler = _scheduler(quota=2, max_batch=2, partitions=1)
     scheduler.push(("t", 0), [0, 1, 2, 3], nbytes=4)
@@ -76,8 +97,12 @@ def test_every_record_dispatched_once_in_order_within_quota(
             assert len(partitions) == len(set(partitions)), "a partition twice in a dispatch"
             busy = {s.tp for d in in_flight for s in d.slices}
             assert not busy & set(partitions), "a partition in two dispatches at once"
-            for piece in dispatch.slices:
-                assert 1 <= len(piece.records) <= quota
+            for i, piece in enumerate(dispatch.slices):
+                assert len(piece.records) >= 1
+                if len(piece.records) > quota:  # only the last, when no other was ready
+                    assert i == len(dispatch.slices) - 1
+                    waiting = {tp for tp, queue in scheduler.queues.items() if queue.count}
+                    assert waiting <= busy | set(partitions)
                 seen[piece.tp[1]] += piece.records
             in_flight.append(dispatch)
         if not in_flight:
