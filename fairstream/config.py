@@ -249,12 +249,12 @@ class SchedulerConfig:
     queues hold a dispatch's worth of work. aiokafka sends a broker no fetch while
     a fresh buffer of it waits, so the next fetch comes later and brings what
     arrived meanwhile. Beside a draining backlog and 1,000 live records a second
-    (RESULTS.md, Fairness): 10 ms made a third of the fetches and drained the backlog
-    ~5% faster than no wait, at about a raw loop's pace (0.90-0.98x, median 0.94),
-    for a live p50 of 28 ms instead of 11 (p99 ~50 ms, the raw loop's ~12,600); 20 ms
-    drained no faster measurably, for a p50 of 43 ms. A member with nothing else to
-    do takes a trickle at once; 0 always does. It applies where pulls take from each
-    partition in turn (aiokafka's own consumer), not to MemoryBroker.
+    (RESULTS.md, Fairness): 10 ms made a third of the fetches and spent ~5% less CPU
+    per backlog record than no wait, for a live p50 of 28 ms instead of 11 (p99 ~50
+    ms, the raw loop's ~12,600); 20 ms saved ~1% more, for a p50 of 42 ms. A member
+    with nothing else to do takes a trickle at once; 0 always does. It applies where
+    pulls take from each partition in turn (aiokafka's own consumer), not to
+    MemoryBroker.
 
     ``commit_timeout`` bounds one commit: aiokafka retries a retriable commit error
     forever (a deleted topic answers UnknownTopicOrPartition to every try), which
