@@ -11,9 +11,9 @@ process and each Python worker start ~0.2 s sooner (``benchmarks/RESULTS.md``).
 """
 
 import importlib
-from types import FunctionType
 from typing import TYPE_CHECKING
 
+from fairstream._public import show_public_paths as _show_public_paths
 from fairstream.config import (
     ConsumerConfig,
     DeadLetterPolicy,
@@ -91,19 +91,9 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def _show_public_paths() -> None:
-    """Reprs, tracebacks and docs say ``fairstream.SchedulerConfig``, where users import
-    it from (``fairstream.runtime`` does the same for its names).
-
-    The way trio and anyio fix up their re-exports; the classes stay where they are.
-    """
-    for name in __all__:
-        obj = globals().get(name)
-        if isinstance(obj, type | FunctionType):  # type aliases keep theirs
-            obj.__module__ = __name__
-
-
-_show_public_paths()
+# Reprs and docs say ``fairstream.SchedulerConfig``; ``fairstream.runtime`` does the same
+# for its names when it is imported.
+_show_public_paths(globals(), __all__, __name__)
 
 
 _SUBMODULES = frozenset({"assign", "logs"})

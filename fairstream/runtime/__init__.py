@@ -6,8 +6,7 @@ May import ``fairstream.assign``, ``config``, ``errors``, ``ranges``; never ``cl
 ``spark`` or ``testing``.
 """
 
-from types import FunctionType
-
+from fairstream._public import show_public_paths as _show_public_paths
 from fairstream.runtime._admin import BrokerAdmin
 from fairstream.runtime._app import App, Health
 from fairstream.runtime._assignors import make_assignor
@@ -35,14 +34,6 @@ __all__ = [
     "serve_status",
 ]
 
-
-def _show_public_paths() -> None:
-    """Reprs, tracebacks and docs say ``fairstream.App``, where users import it from,
-    whichever module of the runtime was imported first."""
-    for name in __all__:
-        obj = globals()[name]
-        if isinstance(obj, type | FunctionType):  # type aliases keep theirs
-            obj.__module__ = "fairstream"
-
-
-_show_public_paths()
+# Shown as ``fairstream.App`` (where users import them from), whichever module of the
+# runtime was imported first.
+_show_public_paths(globals(), __all__, "fairstream")
