@@ -292,15 +292,16 @@ def hold_new_reads(
     recent = set(read_last)
     held: dict[TopicPartition, Position] = {}
     warm: list[Chunk] = []
+    others = False  # something else is read in this batch
     for tp, after in sorted(end.items()):
-        if tp in recent or tp not in start:
+        if tp not in start:
             continue
         chunks = batch_ranges({tp: start[tp]}, {tp: after})
-        if sum(len(c) for c in chunks) > TASK_RECORDS:
+        if tp not in recent and sum(len(c) for c in chunks) > TASK_RECORDS:
             held[tp] = start[tp]
             warm.append(chunks[0])  # its reader serves what follows
-    rest = [tp for tp in end if tp not in held and tp in start]
-    others = batch_ranges({tp: start[tp] for tp in rest}, {tp: end[tp] for tp in rest})
+        elif chunks:
+            others = True
     if not held or len(held) > HOLD_LIMIT or not others:
         return dict(end), []
     return {**end, **held}, warm
