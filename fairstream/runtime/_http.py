@@ -15,6 +15,7 @@ so connections are capped and timed out, and no error of the server leaves it.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -33,6 +34,7 @@ log = structlog.get_logger(__name__)
 
 _LOG_INTERVAL = 60.0  # seconds between two status_accept_failed events at most
 _RETRY_PAUSE = 0.5  # seconds before accepting again when no connection can be closed
+_OUT_OF_FILES = (errno.EMFILE, errno.ENFILE)  # the process's limit, the system's
 
 _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 
@@ -143,7 +145,8 @@ async def _accept(
 
     ``accept()`` fails with ``EMFILE`` when the process is out of file descriptors
     (the consumer's own sockets count against the same limit): closing the oldest
-    connection frees one; with none open, it retries after a pause.
+    connection frees one. Any other failure, or one with no connection to close,
+    is retried after a pause.
     """
     failures, quiet_until = 0, 0.0
     while True:
@@ -159,7 +162,8 @@ async def _accept(
                     open_connections=len(connections),
                 )
                 failures, quiet_until = 0, anyio.current_time() + _LOG_INTERVAL
-            closed = connections.close_oldest()
+            out_of_files = isinstance(exc, OSError) and exc.errno in _OUT_OF_FILES
+            closed = connections.close_oldest() if out_of_files else None
             if closed is None:
                 await anyio.sleep(_RETRY_PAUSE)
             else:

@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import httpx
+import pytest
 from structlog.testing import capture_logs
 
 from fairstream import App, serve_status
@@ -91,5 +92,28 @@ async def test_a_client_that_does_not_read_its_answer_is_let_go_after_the_write_
             "waiting_for": "reader",
             "seconds": 0.2,
             "log_level": "debug",
+        }
+    ]
+
+
+async def test_a_request_that_fails_is_logged_and_the_next_one_answered() -> None:
+    def broken() -> str:
+        raise RuntimeError("collector bug")
+
+    with capture_logs() as logs:
+        async with (
+            _serving(metrics=broken) as port,
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client,
+        ):
+            with pytest.raises(httpx.RemoteProtocolError):
+                await client.get("/metrics")
+            health = await client.get("/health")
+    assert health.status_code == 503
+    failed = [entry for entry in logs if entry["event"] == "status_request_failed"]
+    assert failed == [
+        {
+            "event": "status_request_failed",
+            "error": "RuntimeError: collector bug",
+            "log_level": "error",
         }
     ]
