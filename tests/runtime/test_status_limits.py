@@ -18,7 +18,7 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from fairstream import App, serve_status
+from fairstream import App, ConfigError, serve_status
 from fairstream.testing import free_port
 
 
@@ -117,3 +117,19 @@ async def test_a_request_that_fails_is_logged_and_the_next_one_answered() -> Non
             "log_level": "error",
         }
     ]
+
+
+@pytest.mark.parametrize(
+    ("limit", "message"),
+    [
+        ({"max_connections": 0}, "max_connections=0: must be > 0"),
+        ({"read_timeout": 0.0}, "read_timeout=0.0: must be > 0"),
+        ({"write_timeout": -1.0}, "write_timeout=-1.0: must be > 0"),
+    ],
+)
+async def test_a_limit_that_is_not_positive_is_a_config_error(
+    limit: dict[str, float], message: str
+) -> None:
+    app = App(bootstrap="127.0.0.1:1", group_id="status-limits")
+    with pytest.raises(ConfigError, match=message):
+        await serve_status(app, port=free_port(), **limit)  # type: ignore[arg-type]
