@@ -7,14 +7,15 @@ chunk's partition reads from its first offset up to (not including) its end, and
 the task yields Arrow record batches. There is no group membership and nothing is
 committed here; the driver commits once the whole job succeeded.
 
->>> spark.read.format("fairstream").option("bootstrap", "kafka:9092").option(
+>>> spark.read.format("fairstream").option("kafka.bootstrap.servers", "kafka:9092").option(
 ...     "tasks", '[[["orders", 0, 0, 1000]], [["orders", 1, 0, 1000]]]').load()  # doctest: +SKIP
 
-Options: ``bootstrap`` (required), ``tasks`` (required, JSON: a list of tasks, each
-a list of ``[topic, partition, start, end]``), ``stall_timeout`` (seconds without
-progress before a range fails, default 30), ``batch_size`` (rows per Arrow batch,
-default 10000), ``kafka.<key>`` for any librdkafka consumer setting (security,
-SASL, fetch sizes), and ``handler`` (set by :func:`handle_chunks`).
+Options: ``kafka.bootstrap.servers`` (required; ``bootstrap`` too), ``tasks``
+(required, JSON: a list of tasks, each a list of ``[topic, partition, start, end]``),
+``stall_timeout`` (seconds without progress before a range fails, default 30),
+``batch_size`` (rows per Arrow batch, default 10000), ``kafka.<key>`` for any
+librdkafka consumer setting (security, SASL, fetch sizes), and ``handler`` (set by
+:func:`handle_chunks`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from fairstream.spark._extra import missing_extra
 from fairstream.spark.handlers import Handler, decode_handler, encode_handler, handle_batches
 from fairstream.spark.planning import Chunk
 from fairstream.spark.reading import ReadSettings, read_task
+from fairstream.spark.streamoptions import StreamOptions, positive_number
 
 try:
     import pyarrow as pa
@@ -140,39 +142,35 @@ class FairstreamDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """``spark.readStream.format("fairstream")``: see :mod:`fairstream.spark.stream`."""
-        from fairstream.spark.stream import StreamOptions, StreamReader  # needs this module
+        from fairstream.spark.stream import RefusedReader, StreamReader  # needs this module
 
-        return StreamReader(StreamOptions.parse(self.options))
+        try:
+            return StreamReader(StreamOptions.parse(self.options))
+        except ConfigError as error:
+            return RefusedReader(error)
 
 
 def settings_from_options(options: Mapping[str, str]) -> ReadSettings:
-    bootstrap = options.get("bootstrap")
+    """The executors' read settings from the batch source's options."""
+    bootstrap = options.get("bootstrap") or options.get("kafka.bootstrap.servers")
     if not bootstrap:
         raise ConfigError(
-            "bootstrap",
-            bootstrap,
+            "kafka.bootstrap.servers",
+            None,
             "the fairstream source needs brokers",
-            "e.g. .option('bootstrap', 'host:9092')",
+            "e.g. .option('kafka.bootstrap.servers', 'host:9092')",
         )
-    stall_timeout = _number(options, "stall_timeout", 30.0)
-    batch_size = int(_number(options, "batch_size", 10_000))
-    kafka = {k.removeprefix("kafka."): v for k, v in options.items() if k.startswith("kafka.")}
+    kafka = {
+        k.removeprefix("kafka."): v
+        for k, v in options.items()
+        if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
+    }
     return ReadSettings(
-        bootstrap=bootstrap, stall_timeout=stall_timeout, batch_size=batch_size, kafka_config=kafka
+        bootstrap=bootstrap,
+        stall_timeout=positive_number(options, "stall_timeout", 30.0),
+        batch_size=int(positive_number(options, "batch_size", 10_000)),
+        kafka_config=kafka,
     )
-
-
-def _number(options: Mapping[str, str], key: str, default: float) -> float:
-    text = options.get(key)
-    try:
-        value = default if text is None else float(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ConfigError(
-            key, text, "not a positive number", f"e.g. .option({key!r}, '{default:g}')"
-        )
-    return value
 
 
 def _tasks_from_json(text: str | None) -> list[list[Chunk]]:
