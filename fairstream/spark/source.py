@@ -58,31 +58,47 @@ __all__ = [
     "SCHEMA",
     "FairstreamDataSource",
     "handle_chunks",
+    "kafka_schema",
     "read_chunks",
+    "select",
     "settings_from_options",
 ]
 
-SCHEMA = StructType(
-    [
+_HEADERS = StructField(
+    "headers",
+    ArrayType(
+        StructType([StructField("key", StringType(), False), StructField("value", BinaryType())]),
+        containsNull=False,
+    ),
+    True,
+)
+_FIELDS = {
+    field.name: field
+    for field in (
+        StructField("key", BinaryType(), True),
+        StructField("value", BinaryType(), True),
         StructField("topic", StringType(), False),
         StructField("partition", IntegerType(), False),
         StructField("offset", LongType(), False),
         StructField("timestamp", TimestampType(), True),
-        StructField("key", BinaryType(), True),
-        StructField("value", BinaryType(), True),
-        StructField(
-            "headers",
-            ArrayType(
-                StructType(
-                    [StructField("key", StringType(), False), StructField("value", BinaryType())]
-                ),
-                containsNull=False,
-            ),
-            True,
-        ),
-    ]
+        StructField("timestampType", IntegerType(), True),
+        _HEADERS,
+    )
+}
+
+SCHEMA = StructType(
+    [_FIELDS[name] for name in ("topic", "partition", "offset", "timestamp", "key", "value")]
+    + [_HEADERS]
 )
-"""The DataFrame's columns: Spark's own Kafka source has the same names and types."""
+"""A backfill's columns (the ``tasks`` form, and its Parquet files), as documented."""
+
+
+def kafka_schema(include_headers: bool) -> StructType:
+    """The columns of Spark's own Kafka source, in its order; ``headers`` only when
+    asked for (its ``includeHeaders`` option)."""
+    names = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    return StructType([_FIELDS[name] for name in names] + ([_HEADERS] if include_headers else []))
+
 
 COUNT_SCHEMA = StructType([StructField("records", LongType(), False)])
 """The DataFrame of :func:`handle_chunks`: records handled per batch."""
@@ -113,7 +129,7 @@ class _Reader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         batches = read_task(self.settings, cast(TaskPartition, partition).chunks)
         if self.handler is None:
-            return batches
+            return select(batches, SCHEMA)
         return handle_batches(decode_handler(self.handler))(batches)
 
 
@@ -130,7 +146,13 @@ class FairstreamDataSource(DataSource):
         return "fairstream"
 
     def schema(self) -> StructType:
-        return COUNT_SCHEMA if "handler" in self.options else SCHEMA
+        """Handled counts with a ``handler``; a backfill's columns for its ``tasks``;
+        else, for Spark's options, Spark's Kafka source columns."""
+        if "handler" in self.options:
+            return COUNT_SCHEMA
+        if "tasks" in self.options:
+            return SCHEMA
+        return kafka_schema(str(self.options.get("includeHeaders", "")).lower() == "true")
 
     def reader(self, schema: StructType) -> _Reader:
         options: Mapping[str, str] = self.options
@@ -148,6 +170,12 @@ class FairstreamDataSource(DataSource):
             return StreamReader(StreamOptions.parse(self.options))
         except ConfigError as error:
             return RefusedReader(error)
+
+
+def select(batches: Iterator[pa.RecordBatch], schema: StructType) -> Iterator[pa.RecordBatch]:
+    """The readers' batches with the columns of ``schema``, in its order (no copy)."""
+    names = schema.fieldNames()
+    return (batch.select(names) for batch in batches)
 
 
 def settings_from_options(options: Mapping[str, str]) -> ReadSettings:

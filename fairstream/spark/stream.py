@@ -39,7 +39,7 @@ from fairstream.spark.cluster import commit, read_states
 from fairstream.spark.handlers import decode_handler, handle_batches
 from fairstream.spark.planning import Chunk, PartitionState
 from fairstream.spark.reading import read_task
-from fairstream.spark.source import FairstreamDataSource, TaskPartition
+from fairstream.spark.source import FairstreamDataSource, TaskPartition, kafka_schema, select
 from fairstream.spark.streamoptions import StreamOptions
 from fairstream.spark.streamplan import (
     Position,
@@ -171,7 +171,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         task = cast(TaskPartition, partition)
         batches = read_task(self.options.read, task.chunks, warm=task.warm)
         if self.options.handler is None:
-            return batches
+            return select(batches, kafka_schema(self.options.include_headers))
         return handle_batches(decode_handler(self.options.handler))(batches)
 
     def commit(self, end: dict[str, Any]) -> None:

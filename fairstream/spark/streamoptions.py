@@ -52,7 +52,7 @@ RESERVED = {
 _NOT_YET = (
     *("subscribePattern", "assign", "startingOffsetsByTimestamp", "startingTimestamp"),
     *("failOnDataLoss", "minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions"),
-    *("includeHeaders", "endingOffsets", "startingOffsetsByTimestampStrategy"),
+    *("endingOffsets", "startingOffsetsByTimestampStrategy"),
 )
 """Spark Kafka source options this source does not implement (yet)."""
 
@@ -60,6 +60,7 @@ _OWN = (
     *("kafka.bootstrap.servers", "subscribe", "kafka.group.id", "startingOffsets"),
     *("maxOffsetsPerTrigger", "admission", "parallelCatchUp", "catchUpThreshold"),
     *("catchUpShare", "commitToGroup", "maxTasks", "stall_timeout", "batch_size", "handler"),
+    "includeHeaders",
 )
 _KNOWN = frozenset(name.lower() for name in [*_OWN, *RENAMED, "path"])
 """Spark hands options over lower-cased; ``path`` is what ``load(path)`` sets."""
@@ -112,6 +113,8 @@ class StreamOptions:
     commit_to_group: bool = True
     max_tasks: int = 8
     handler: str | None = None
+    include_headers: bool = False
+    """Spark's ``includeHeaders``: a ``headers`` column after Spark's others."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamOptions:
@@ -155,6 +158,7 @@ class StreamOptions:
             commit_to_group=_flag(given, "commitToGroup", True),
             max_tasks=_optional_int(given, "maxTasks") or 8,
             handler=given.get("handler"),
+            include_headers=_flag(given, "includeHeaders", False),
         )
 
 

@@ -192,6 +192,29 @@ def test_bad_option_fails_the_query_naming_it(
     assert message in spark_cause(cast(Exception, caught.value))  # the line a user is shown
 
 
+@pytest.mark.parametrize("headers", [False, True])
+def test_the_columns_are_spark_kafka_sources(
+    spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path, headers: bool
+) -> None:
+    topic = fill_topic(noida.bootstrap, [3])
+    options = source_options(noida, topic, group_id, includeHeaders=str(headers).lower())
+    run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
+    table = pq.read_table(tmp_path / "out")
+    spark_columns = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    assert table.column_names == spark_columns + (["headers"] if headers else [])
+    row = next(r for r in table.to_pylist() if r["offset"] == 1)
+    assert (row["key"], row["value"], row["topic"], row["partition"]) == (
+        b"k1",
+        record_value(0, 1),
+        topic,
+        0,
+    )
+    assert row["timestampType"] == 0  # CreateTime, as the producer stamped it
+    assert row["timestamp"] is not None
+    if headers:
+        assert row["headers"] == [{"key": "source", "value": b"test"}]
+
+
 def test_trigger_once_reads_everything_available_in_one_batch(
     spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path
 ) -> None:
