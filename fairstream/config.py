@@ -8,7 +8,7 @@ raises :class:`~fairstream.errors.ConfigError` naming the bad field, and
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -386,9 +386,65 @@ class DeadLetterPolicy:
         _check_types(self)
         if not self.topic_suffix:
             raise ConfigError("topic_suffix", self.topic_suffix, "must not be empty")
+        # Checked here, not at the first failure: a broker refuses (or, noida, takes)
+        # an illegal name only when the first dead letter is sent, long after start.
+        problem = _topic_name_problem(self.topic_suffix, whole=False)
+        if problem is not None:
+            raise ConfigError(
+                "topic_suffix",
+                self.topic_suffix,
+                f"{problem}, so no dead-letter topic could be named with it",
+                "choose a suffix such as '.dlq'",
+            )
 
     def topic_for(self, topic: str) -> str:
         return f"{topic}{self.topic_suffix}"
+
+    def check_topics(self, topics: Sequence[str]) -> None:
+        """The dead-letter topic of each of ``topics`` is a name Kafka accepts.
+
+        :raises ConfigError: naming the topic, the suffix and the rule it breaks.
+        """
+        if self.on_error != "dead_letter":
+            return
+        for topic in topics:
+            name = self.topic_for(topic)
+            problem = _topic_name_problem(name)
+            if problem is not None:
+                raise ConfigError(
+                    "topic_suffix",
+                    self.topic_suffix,
+                    f"the dead-letter topic of topic {topic!r} would be {name!r}, which {problem}",
+                    "choose a topic_suffix that keeps it a legal name (e.g. '.dlq')",
+                )
+
+
+_TOPIC_MAX = 249
+"""Kafka's longest topic name (``Topic.MAX_NAME_LENGTH``)."""
+_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _topic_name_problem(name: str, *, whole: bool = True) -> str | None:
+    """What makes ``name`` an illegal Kafka topic name (``None``: it is legal).
+
+    Kafka's rule (``org.apache.kafka.common.internals.Topic.validate``): 1 to 249 of
+    ``a-z A-Z 0-9 . _ -``, and not ``.`` or ``..``. ``whole=False`` checks a part of
+    a name (a suffix): its characters, and that it leaves room for a one-letter topic.
+    """
+    bad = sorted(set(name) - _TOPIC_CHARS)
+    if bad:
+        shown = ", ".join(repr(c) for c in bad)
+        return f"has {shown}: Kafka allows only a-z, A-Z, 0-9, '.', '_' and '-' in topic names"
+    if whole and len(name) > _TOPIC_MAX:
+        return f"is {len(name)} characters long: Kafka allows at most {_TOPIC_MAX} in a topic name"
+    if not whole and len(name) >= _TOPIC_MAX:
+        return (
+            f"is {len(name)} characters long, leaving no room for a topic name within "
+            f"Kafka's limit of {_TOPIC_MAX} characters"
+        )
+    if whole and name in ("", ".", ".."):
+        return "is not a topic name Kafka allows ('', '.' and '..' are not)"
+    return None
 
 
 ShadowHandoff = (
