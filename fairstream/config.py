@@ -278,6 +278,15 @@ class SchedulerConfig:
     of it when that is less), and the final commit what is left of it, at most
     ``revoke_timeout``; so a stop while the broker is away still ends on time.
 
+    ``stuck_handler_warning`` is how many seconds a record may stay in hand (its
+    handler, retries and dead letter) before a ``handler_stuck`` warning names its
+    topic, partition and offset and how long; the warning comes again every five
+    times that (every 5 minutes at the default) while the record stays. A scan at
+    most a second apart finds such records (nothing is timed per record), so the
+    warning may come up to a second late; ``app.health()`` and the
+    ``fairstream_oldest_in_flight_seconds`` gauge show the age of the oldest record
+    in hand. At least 1 s.
+
     Small buffers are fast: records are decoded just ahead of their handler and
     die young, so the garbage collector never promotes and rescans them (raising
     ``max_buffered_records`` from 2,000 to 4,000 doubles its work, see
@@ -305,6 +314,7 @@ class SchedulerConfig:
     commit_timeout: float = 10.0
     revoke_timeout: float = 10.0
     shutdown_timeout: float = 30.0
+    stuck_handler_warning: float = 60.0
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -323,6 +333,12 @@ class SchedulerConfig:
         check_positive("fetch_linger", self.fetch_linger, allow_zero=True)
         check_positive("revoke_timeout", self.revoke_timeout, allow_zero=True)
         check_positive("shutdown_timeout", self.shutdown_timeout, allow_zero=True)
+        if self.stuck_handler_warning < 1:
+            raise ConfigError(
+                "stuck_handler_warning",
+                self.stuck_handler_warning,
+                "must be >= 1 (seconds a record may stay in a handler before a warning)",
+            )
         self.check_batch("max_batch", self.max_batch)
 
     def overridden(

@@ -67,13 +67,23 @@ class DispatchRunner:
         self._dead_letter = dead_letter
         self._stats = stats
         self._manual_ack = manual_ack
+        self.in_hand: set[RecordSlot] = set()
+        """The slot of each slice, keyed run and batch in hand: added and dropped once
+        per run, never per record; :mod:`~fairstream.runtime._stuck` reads them."""
         self.halted = False
         """Set on shutdown: records not started yet stay unhandled (and uncommitted)."""
 
     async def run(self, subscriber: Subscriber, dispatch: Dispatch[Record[bytes]]) -> None:
         replay = dispatch.replay
         if subscriber.batch:
-            await self._run_batch(subscriber, dispatch, replay)
+            # A batch is in hand as its first record (no log context: it holds several).
+            slot = RecordSlot()
+            slot.record = next((p.records[0] for p in dispatch.slices if p.records), None)
+            self.in_hand.add(slot)
+            try:
+                await self._run_batch(subscriber, dispatch, replay)
+            finally:
+                self.in_hand.discard(slot)
         else:
             for piece in dispatch.slices:
                 if self.halted:
@@ -101,6 +111,7 @@ class DispatchRunner:
         records = chain[:limit]
         slot = RecordSlot()
         token = current_record.set(slot)
+        self.in_hand.add(slot)
         started = time.perf_counter()
         finished = False
         try:
@@ -111,6 +122,7 @@ class DispatchRunner:
             raise _aborted(slot.record, exc) from exc
         finally:
             current_record.reset(token)
+            self.in_hand.discard(slot)
             progress = _progress(records, finished, slot.record)
             done = progress[1] if progress is not None else 0
             if done:
@@ -143,6 +155,7 @@ class DispatchRunner:
     ) -> None:
         slot = RecordSlot()
         token = current_record.set(slot)
+        self.in_hand.add(slot)
         records = piece.records
         started = time.perf_counter()
         finished = False
@@ -154,6 +167,7 @@ class DispatchRunner:
             raise _aborted(slot.record, exc) from exc
         finally:
             current_record.reset(token)
+            self.in_hand.discard(slot)
             progress = _progress(records, finished, slot.record)
             if progress is not None:
                 self._advance(piece.tp, progress[0], replay)
