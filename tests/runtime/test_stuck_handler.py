@@ -135,8 +135,6 @@ async def test_a_record_stuck_in_its_handler_is_warned_about_and_served(
             assert app.health().oldest_in_flight_seconds == 0.0
             assert _gauge(app.metrics_text()) == 0.0
             tasks.cancel_scope.cancel()
-    # One warning: the record left the handler before the repeat was due.
-    assert len([e for e in logs if e["event"] == "handler_stuck"]) == 1
 
 
 async def test_a_stuck_batch_handler_is_warned_about_as_its_first_record(
