@@ -6,7 +6,8 @@
 
 The collector reads ``app.stats()`` when Prometheus scrapes, so consuming pays
 nothing for it: per partition the lag, queue depth, handled and dead-lettered
-records; per app ``fairstream_up``, the buffer, a ``fairstream_handler_seconds``
+records; per app ``fairstream_up``, the buffer, the age of the oldest record in
+hand (``fairstream_oldest_in_flight_seconds``), a ``fairstream_handler_seconds``
 histogram and counters for retries, dead letters, skipped records, commits, commit
 failures, rebalances and consumer rebuilds. Every sample carries ``group_id``.
 
@@ -29,7 +30,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from fairstream import App
-from fairstream.runtime._stats import TOTALS
+from fairstream.runtime._stats import OLDEST_IN_FLIGHT_HELP, TOTALS
 
 __all__ = ["FairstreamCollector", "metrics_text"]
 
@@ -92,6 +93,11 @@ class FairstreamCollector(Collector):
         )
         buffered.add_metric([group], stats.buffered_records)
         yield buffered
+        oldest = GaugeMetricFamily(
+            "fairstream_oldest_in_flight_seconds", OLDEST_IN_FLIGHT_HELP, labels=["group_id"]
+        )
+        oldest.add_metric([group], stats.oldest_in_flight_seconds)
+        yield oldest
         for name, doc in TOTALS:
             counter = CounterMetricFamily(f"fairstream_{name}", doc, labels=["group_id"])
             counter.add_metric([group], getattr(stats, name))

@@ -16,6 +16,7 @@ from fairstream.runtime._record import TP
 
 __all__ = [
     "HANDLER_BUCKETS",
+    "OLDEST_IN_FLIGHT_HELP",
     "TOTALS",
     "AppStats",
     "HandlerLatency",
@@ -76,7 +77,10 @@ class AppStats:
     ``records_skipped`` (``on_error='skip'``), ``records_skipped_by_retention`` (deleted
     by retention before the group read them, found when a partition was assigned),
     ``commits`` and ``commit_failures``, ``rebalances`` (assignments received) and
-    ``consumer_rebuilds``. ``protocol`` is the assignment protocol the group chose at
+    ``consumer_rebuilds``. ``oldest_in_flight_seconds`` is how long the oldest record
+    in hand has been in its handler (0.0 when none is; README, "Embedding in a web
+    service").
+    ``protocol`` is the assignment protocol the group chose at
     the last assignment (``fairstream-lag``, or ``roundrobin`` while members of other
     clients share the group; README, "Migrating an existing group"), ``None`` before
     one and on the in-memory broker.
@@ -98,6 +102,7 @@ class AppStats:
     rebalances: int = 0
     consumer_rebuilds: int = 0
     handler_latency: HandlerLatency = field(default_factory=HandlerLatency)
+    oldest_in_flight_seconds: float = 0.0
 
     @classmethod
     def created(cls, group_id: str) -> AppStats:
@@ -233,12 +238,21 @@ def prometheus_text(stats: AppStats) -> str:
     lines.append("# HELP fairstream_up 1 when the consumer is running and has joined its group")
     lines.append("# TYPE fairstream_up gauge")
     lines.append(f'fairstream_up{{group_id="{group}"}} {int(stats.state == "running")}')
+    lines.append(f"# HELP fairstream_oldest_in_flight_seconds {OLDEST_IN_FLIGHT_HELP}")
+    lines.append("# TYPE fairstream_oldest_in_flight_seconds gauge")
+    lines.append(
+        f'fairstream_oldest_in_flight_seconds{{group_id="{group}"}} '
+        f"{stats.oldest_in_flight_seconds}"
+    )
     for name, doc in TOTALS:
         lines.append(f"# HELP fairstream_{name}_total {doc}")
         lines.append(f"# TYPE fairstream_{name}_total counter")
         lines.append(f'fairstream_{name}_total{{group_id="{group}"}} {getattr(stats, name)}')
     return "\n".join(lines) + "\n"
 
+
+OLDEST_IN_FLIGHT_HELP = "seconds the oldest record in hand has been in its handler (0: none)"
+"""Help of the ``fairstream_oldest_in_flight_seconds`` gauge, for either exposition."""
 
 TOTALS = (
     ("retries", "handler calls repeated after a failure"),
