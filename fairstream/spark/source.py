@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from fairstream.errors import ConfigError
 from fairstream.spark._extra import missing_extra
@@ -31,6 +31,9 @@ from fairstream.spark.planning import Chunk
 from fairstream.spark.reading import ReadSettings, read_task
 from fairstream.spark.streamoptions import StreamOptions, positive_number
 
+if TYPE_CHECKING:
+    from fairstream.spark.sink import SinkOptions
+
 try:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
@@ -38,6 +41,8 @@ try:
         DataSource,
         DataSourceReader,
         DataSourceStreamReader,
+        DataSourceStreamWriter,
+        DataSourceWriter,
         InputPartition,
     )
     from pyspark.sql.types import (
@@ -162,6 +167,18 @@ class FairstreamDataSource(DataSource):
             options.get("handler"),
         )
 
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """``df.write.format("fairstream").mode("append")``: see :mod:`.sink`."""
+        from fairstream.spark.sink import KafkaWriter
+
+        return KafkaWriter(_sink_options(self.options, schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """``df.writeStream.format("fairstream")``: see :mod:`.sink`."""
+        from fairstream.spark.sink import KafkaStreamWriter
+
+        return KafkaStreamWriter(_sink_options(self.options, schema, overwrite))
+
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """``spark.readStream.format("fairstream")``: see :mod:`fairstream.spark.stream`."""
         from fairstream.spark.stream import RefusedReader, StreamReader  # needs this module
@@ -170,6 +187,18 @@ class FairstreamDataSource(DataSource):
             return StreamReader(StreamOptions.parse(self.options))
         except ConfigError as error:
             return RefusedReader(error)
+
+
+def _sink_options(options: Mapping[str, str], schema: StructType, overwrite: bool) -> SinkOptions:
+    from fairstream.spark.sink import SinkOptions
+
+    if overwrite:
+        raise ConfigError(
+            "mode", "overwrite", "a Kafka topic is append-only", "use .mode('append')"
+        )
+    parsed = SinkOptions.parse(options)
+    parsed.check(schema)
+    return parsed
 
 
 def select(batches: Iterator[pa.RecordBatch], schema: StructType) -> Iterator[pa.RecordBatch]:
