@@ -26,11 +26,11 @@ demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check fairstream tests examples benchmarks docs
-	$(BIN)/ruff format --check fairstream tests examples benchmarks docs
+	$(BIN)/ruff check fairstream pyspark_fairstream.py tests examples benchmarks docs
+	$(BIN)/ruff format --check fairstream pyspark_fairstream.py tests examples benchmarks docs
 
 typecheck: $(STAMP)
-	$(BIN)/mypy fairstream tests/typing
+	$(BIN)/mypy fairstream pyspark_fairstream.py tests/typing
 
 # The site (README sections, a page per CLI command, the API from the docstrings) into
 # site/; any warning, such as a broken link or an unparsable docstring, fails it.
