@@ -28,12 +28,14 @@ from fairstream.errors import (
     BrokerError,
     CommitError,
     ConfigError,
+    DataLossError,
     FairstreamError,
     HandlerAborted,
     HandlerCancelled,
     HandlerError,
     HandoffFailed,
     PlanError,
+    StreamError,
 )
 
 if TYPE_CHECKING:
@@ -64,6 +66,7 @@ __all__ = [
     "CommitError",
     "ConfigError",
     "ConsumerConfig",
+    "DataLossError",
     "DeadLetterPolicy",
     "DecodeError",
     "Decoder",
@@ -83,6 +86,7 @@ __all__ = [
     "RetryPolicy",
     "SchedulerConfig",
     "SecurityConfig",
+    "StreamError",
     "load_app",
     "make_assignor",
     "serve_status",

@@ -33,7 +33,7 @@ from typing import Any, NoReturn, cast
 
 import structlog
 
-from fairstream.errors import ConfigError
+from fairstream.errors import ConfigError, DataLossError
 from fairstream.spark._extra import missing_extra
 from fairstream.spark.cluster import commit, read_states
 from fairstream.spark.handlers import decode_handler, handle_batches
@@ -49,6 +49,7 @@ from fairstream.spark.streamplan import (
     batch_ranges,
     group_commits,
     hold_new_reads,
+    losses,
     plan_tasks,
 )
 
@@ -141,12 +142,35 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             else:
                 logs[tp] = (s.log_start, s.log_end)
         rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end = admit(begin.positions, logs, rows, self.options.admission)
+        end = admit(self._after_losses(begin, logs), logs, rows, self.options.admission)
         if rows is not None:  # ReadAllAvailable (Trigger.Once) must read all of it now
             end, self._warm = hold_new_reads(begin.positions, end, self._read_last)
         if all(begin.positions.get(tp) == pos for tp, pos in end.items()):
             return start  # Spark's "no new data": the same offset back
         return StreamOffset(self.options.group_id, end).to_json()
+
+    def _after_losses(
+        self, begin: StreamOffset, logs: Mapping[TopicPartition, tuple[int, int]]
+    ) -> dict[TopicPartition, Position]:
+        """``begin``'s positions, failing on owed records the logs lost (Spark's
+        ``failOnDataLoss``), or going on without them with a ``records_lost`` warning.
+
+        :raises DataLossError: records were lost and ``failOnDataLoss`` is true.
+        """
+        positions = dict(begin.positions)
+        for loss in losses(positions, logs):
+            if self.options.fail_on_data_loss:
+                raise DataLossError(topic=loss.topic, partition=loss.partition, lost=loss.lost)
+            log.warning(
+                "records_lost",
+                group_id=self.options.group_id,
+                topic=loss.topic,
+                partition=loss.partition,
+                lost=loss.lost,
+            )
+            if loss.restart is not None:
+                positions[loss.topic, loss.partition] = loss.restart
+        return positions
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """The log ends seen by the last :meth:`latestOffset` (``"topic/partition"``

@@ -51,7 +51,7 @@ RESERVED = {
 
 _NOT_YET = (
     *("subscribePattern", "assign", "startingOffsetsByTimestamp", "startingTimestamp"),
-    *("failOnDataLoss", "minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions"),
+    *("minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions"),
     *("endingOffsets", "startingOffsetsByTimestampStrategy"),
 )
 """Spark Kafka source options this source does not implement (yet)."""
@@ -61,6 +61,7 @@ _OWN = (
     *("maxOffsetsPerTrigger", "admission", "parallelCatchUp", "catchUpThreshold"),
     *("catchUpShare", "commitToGroup", "maxTasks", "stall_timeout", "batch_size", "handler"),
     "includeHeaders",
+    "failOnDataLoss",
 )
 _KNOWN = frozenset(name.lower() for name in [*_OWN, *RENAMED, "path"])
 """Spark hands options over lower-cased; ``path`` is what ``load(path)`` sets."""
@@ -115,6 +116,8 @@ class StreamOptions:
     handler: str | None = None
     include_headers: bool = False
     """Spark's ``includeHeaders``: a ``headers`` column after Spark's others."""
+    fail_on_data_loss: bool = True
+    """Spark's ``failOnDataLoss``: fail the query when owed records are gone."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamOptions:
@@ -159,6 +162,7 @@ class StreamOptions:
             max_tasks=_optional_int(given, "maxTasks") or 8,
             handler=given.get("handler"),
             include_headers=_flag(given, "includeHeaders", False),
+            fail_on_data_loss=_flag(given, "failOnDataLoss", True),
         )
 
 

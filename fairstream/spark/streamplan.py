@@ -37,6 +37,7 @@ from fairstream.spark.planning import Chunk, PartitionCommit, place_chunks, spli
 
 __all__ = [
     "Admission",
+    "Loss",
     "Position",
     "StreamOffset",
     "TopicPartition",
@@ -45,6 +46,7 @@ __all__ = [
     "group_commits",
     "hold_new_reads",
     "lag_by_topic",
+    "losses",
     "plan_tasks",
     "proportional_split",
     "water_fill",
@@ -177,6 +179,41 @@ def _split(
     return water_fill(demands, budget) if mode == "fair" else proportional_split(demands, budget)
 
 
+@dataclass(frozen=True, slots=True)
+class Loss:
+    """Offsets a partition's position still owed that its log no longer has."""
+
+    topic: str
+    partition: int
+    lost: str
+    """What went, in words: the offsets and why."""
+    restart: Position | None
+    """Where to go on from when losses are accepted (``None``: the log start clips it)."""
+
+
+def losses(
+    start: Mapping[TopicPartition, Position], logs: Mapping[TopicPartition, tuple[int, int]]
+) -> list[Loss]:
+    """What each partition owes that its log lost: offsets below the log start that
+    retention deleted, or a position past the log end (the topic was deleted and created
+    again, or its log truncated: its offsets went back), as Spark's source detects them."""
+    found = []
+    for tp, pos in sorted(start.items()):
+        if tp not in logs:
+            continue
+        log_start, log_end = logs[tp]
+        if pos.next > log_end:
+            lost = f"the log ends at {log_end} but the query read up to {pos.next}"
+            found.append(Loss(*tp, f"{lost} (the topic was recreated?)", Position(log_start)))
+            continue
+        gone = _difference(pos.owed(), [OffsetRange(log_start, _TAIL)])
+        if gone:
+            spans = ", ".join(f"{r.start}-{r.end - 1}" for r in gone)
+            lost = f"offsets {spans} were deleted before they were read (log start {log_start})"
+            found.append(Loss(*tp, lost, None))
+    return found
+
+
 def _clip(position: Position, log_start: int) -> Position:
     """Drop what retention deleted: nothing below the log start can still be read."""
     catchup = [
@@ -259,8 +296,11 @@ def batch_ranges(
     """
     chunks = []
     for (topic, partition), after in sorted(end.items()):
+        log_start = (log_starts or {}).get((topic, partition), 0)
         before = start.get((topic, partition), after)
-        deleted = OffsetRange(0, (log_starts or {}).get((topic, partition), 0))
+        if after.next < before.next:  # its log went back (recreated): read the new one
+            before = Position(log_start)
+        deleted = OffsetRange(0, log_start)
         for r in _difference(before.owed(), [*after.owed(), deleted]):
             chunks.append(Chunk(topic=topic, partition=partition, start=r.start, end=r.end))
     return chunks

@@ -9,7 +9,9 @@ from typing import cast
 
 import pyarrow.parquet as pq
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka import TopicPartition as KafkaPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.datasource import ReadMaxRows
 from pyspark.sql.streaming.query import StreamingQuery
@@ -265,3 +267,63 @@ def test_a_checkpoint_of_another_query_is_refused(
     with pytest.raises(Exception, match="the checkpoint belongs to another query"):
         run_available_now(spark, other, tmp_path / "out", checkpoint)
     assert read_states(noida.bootstrap, f"{group_id}-other", [topic])[0].committed is None
+
+
+def produce_more(bootstrap: str, topic: str, offsets: range) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for offset in offsets:
+        producer.produce(topic, partition=0, value=record_value(0, offset))
+    assert producer.flush(30) == 0
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_records_deleted_before_they_were_read_fail_the_query_unless_told(
+    spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path, fail: bool
+) -> None:
+    topic = fill_topic(noida.bootstrap, [20])
+    options = source_options(noida, topic, group_id)
+    run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
+    produce_more(noida.bootstrap, topic, range(20, 100))
+    admin = AdminClient({"bootstrap.servers": noida.bootstrap})
+    for future in admin.delete_records([KafkaPartition(topic, 0, 60)]).values():
+        future.result(timeout=30)
+    if fail:
+        with pytest.raises(Exception) as caught:
+            run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
+        assert spark_cause(cast(Exception, caught.value)) == (
+            f"fairstream.DataLossError: {topic} partition 0: offsets 20-59 were deleted before "
+            "they were read (log start 60); set failOnDataLoss=false to go on without them"
+        )
+        return
+    run_available_now(
+        spark, {**options, "failOnDataLoss": "false"}, tmp_path / "out", tmp_path / "ck"
+    )
+    assert sorted(o for _, o, _ in written(tmp_path / "out")) == [*range(20), *range(60, 100)]
+
+
+def test_a_recreated_topic_is_data_loss_and_read_from_its_start_when_allowed(
+    spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path
+) -> None:
+    topic = fill_topic(noida.bootstrap, [20])
+    options = source_options(noida, topic, group_id)
+    run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
+    admin = AdminClient({"bootstrap.servers": noida.bootstrap})
+    for future in admin.delete_topics([topic]).values():
+        future.result(timeout=30)
+    deadline = time.monotonic() + 30
+    while True:  # the deletion completes in the background
+        try:
+            for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+                future.result(timeout=30)
+            break
+        except KafkaException:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    produce_more(noida.bootstrap, topic, range(5))
+    with pytest.raises(Exception, match="the log ends at 5 but the query read up to 20"):
+        run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
+    run_available_now(
+        spark, {**options, "failOnDataLoss": "false"}, tmp_path / "out", tmp_path / "ck"
+    )
+    offsets = sorted(o for _, o, _ in written(tmp_path / "out"))
+    assert offsets == sorted([*range(20), *range(5)])  # the new topic's records, all of them
