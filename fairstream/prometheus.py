@@ -6,7 +6,8 @@
 
 The collector reads ``app.stats()`` when Prometheus scrapes, so consuming pays
 nothing for it: per partition the lag, queue depth, handled and dead-lettered
-records; per app ``fairstream_up``, the buffer, a ``fairstream_handler_seconds``
+records; per app ``fairstream_up``, the buffer, the age of the oldest record in
+hand (``fairstream_oldest_in_flight_seconds``), a ``fairstream_handler_seconds``
 histogram and counters for retries, dead letters, skipped records, commits, commit
 failures, rebalances and consumer rebuilds. Every sample carries ``group_id``.
 

@@ -26,7 +26,7 @@ from fairstream.runtime._cooperative import make_cooperative
 from fairstream.runtime._dead_letter import dead_letter_copies
 from fairstream.runtime._direct_records import build_records_directly
 from fairstream.runtime._drift import watch_drift
-from fairstream.runtime._join import offer_all_at_once
+from fairstream.runtime._join import offer_all_at_once, report_join
 from fairstream.runtime._member_data import Handover
 from fairstream.runtime._ports import AppSettings, ConsumerPort, ShadowReader
 from fairstream.runtime._record import TP, Headers
@@ -180,6 +180,7 @@ class AIOKafkaClients:
         await self._start(self._consumer, "consumer")
         build_records_directly(self._consumer)
         offer_all_at_once(self._consumer)
+        report_join(self._consumer, self._assignor)
         if self._assignor.cooperative:
             make_cooperative(self._consumer, self._assignor, rejoin_after_s=self._rejoin_after_s)
         existing = await self._consumer.topics()
@@ -209,6 +210,7 @@ class AIOKafkaClients:
             await self._start(fresh, "consumer")
             build_records_directly(fresh)
             offer_all_at_once(fresh)
+            report_join(fresh, self._assignor)
             if self._assignor.cooperative:
                 make_cooperative(fresh, self._assignor, rejoin_after_s=self._rejoin_after_s)
         except BaseException:  # cancelled too: stop what start() opened (shadow_reader)

@@ -18,6 +18,7 @@ from fairstream.runtime._record import TP
 
 __all__ = [
     "HANDLER_BUCKETS",
+    "OLDEST_IN_FLIGHT_HELP",
     "TOTALS",
     "AppStats",
     "HandlerLatency",
@@ -81,7 +82,10 @@ class AppStats:
     ``records_skipped`` (``on_error='skip'``), ``records_skipped_by_retention`` (deleted
     by retention before the group read them, found when a partition was assigned),
     ``commits`` and ``commit_failures``, ``rebalances`` (assignments received) and
-    ``consumer_rebuilds``. ``protocol`` is the assignment protocol the group chose at
+    ``consumer_rebuilds``. ``oldest_in_flight_seconds`` is how long the oldest record
+    in hand has been in its handler (0.0 when none is; README, "Embedding in a web
+    service").
+    ``protocol`` is the assignment protocol the group chose at
     the last assignment (``fairstream-lag``, or ``roundrobin`` while members of other
     clients share the group; README, "Migrating an existing group"), ``None`` before
     one and on the in-memory broker.
@@ -103,6 +107,7 @@ class AppStats:
     rebalances: int = 0
     consumer_rebuilds: int = 0
     handler_latency: HandlerLatency = field(default_factory=HandlerLatency)
+    oldest_in_flight_seconds: float = 0.0
 
     @classmethod
     def created(cls, group_id: str) -> AppStats:
@@ -286,6 +291,12 @@ def metric_families(stats: AppStats) -> list[MetricFamily]:
             "records fetched and not yet handled",
             float(stats.buffered_records),
         ),
+        (
+            "oldest_in_flight_seconds",
+            "gauge",
+            OLDEST_IN_FLIGHT_HELP,
+            stats.oldest_in_flight_seconds,
+        ),
         *((name, "counter", doc, float(getattr(stats, name))) for name, doc in TOTALS),
     ]
     families += [
@@ -350,6 +361,9 @@ def prometheus_text(stats: AppStats) -> str:
                 lines.append(f"{exposed}{_labels(family.labels, values)} {float(value)!r}")
     return "\n".join(lines) + "\n"
 
+
+OLDEST_IN_FLIGHT_HELP = "seconds the oldest record in hand has been in its handler (0: none)"
+"""Help of the ``fairstream_oldest_in_flight_seconds`` gauge, for either exposition."""
 
 TOTALS = (
     ("retries", "handler calls repeated after a failure"),

@@ -52,7 +52,7 @@ class StreamJob:
 
     ``trigger`` is ``"available-now"`` (drain what exists, then stop) or seconds
     between micro-batches. ``options`` are extra source options
-    (``maxRecordsPerBatch``, ``admission``, ``parallelCatchUp`` ...).
+    (``maxOffsetsPerTrigger``, ``admission``, ``parallelCatchUp`` ...).
     """
 
     bootstrap: str
@@ -98,9 +98,9 @@ def run_stream(job: StreamJob, *, spark: SparkSession | None = None) -> int:
     register(spark)
     options = {
         **job.options,
-        "bootstrap": job.bootstrap,
-        "topics": ",".join(job.topics),
-        "group_id": job.group_id,
+        "kafka.bootstrap.servers": job.bootstrap,
+        "subscribe": ",".join(job.topics),
+        "kafka.group.id": job.group_id,
         **{f"kafka.{k}": v for k, v in job.kafka_config.items()},
         **({} if handler is None else {"handler": encode_handler(handler)}),
     }
