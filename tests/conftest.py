@@ -53,9 +53,13 @@ _ENGINE_PARAMS = ["external"] if EXTERNAL else list(ENGINES)
 @pytest.fixture(autouse=True)
 def _fresh_logging() -> Iterator[None]:
     """Undo logs.configure() calls (in-process CLI tests) so tests do not see each other's."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     yield
     structlog.reset_defaults()
-    logging.getLogger("aiokafka").setLevel(logging.NOTSET)
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    logging.captureWarnings(False)
 
 
 @pytest.fixture(scope="session")
