@@ -35,7 +35,7 @@ import structlog
 
 from fairstream.errors import ConfigError, DataLossError
 from fairstream.spark._extra import missing_extra
-from fairstream.spark.cluster import commit, read_states
+from fairstream.spark.cluster import GroupClient
 from fairstream.spark.handlers import decode_handler, handle_batches
 from fairstream.spark.planning import Chunk, PartitionState
 from fairstream.spark.reading import read_task
@@ -107,11 +107,25 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._warm: list[Chunk] = []
         """Ranges held back for the next batch; this one starts their readers
         (:func:`hold_new_reads`)."""
+        self._group: GroupClient | None = None
+        """The driver's group client, kept between triggers (never pickled)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_group": None}  # Spark pickles readers for executors
+
+    def _client(self) -> GroupClient:
+        if self._group is None:
+            o = self.options
+            self._group = GroupClient(o.read.bootstrap, o.group_id, o.read.kafka_config)
+        return self._group
 
     def _states(self) -> list[PartitionState]:
-        o = self.options
-        kafka = o.read.kafka_config
-        return read_states(o.read.bootstrap, o.group_id, o.topics, kafka_config=kafka, quiet=True)
+        return self._client().states(self.options.topics, quiet=True)
+
+    def stop(self) -> None:
+        if self._group is not None:
+            self._group.close()
+            self._group = None
 
     def initialOffset(self) -> dict[str, Any]:
         states = self._states()
@@ -216,12 +230,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         if not self.options.commit_to_group or done == self._committed:
             return
-        o = self.options
         states = self._states() if states is None else states
         committed = {(s.topic, s.partition): (s.committed, s.metadata) for s in states}
-        commits = group_commits(done.positions, committed)
-        kafka = o.read.kafka_config
-        commit(o.read.bootstrap, o.group_id, commits, kafka_config=kafka, job="stream")
+        self._client().commit(group_commits(done.positions, committed), "stream")
         self._committed = done
 
     def _parse(self, offset: Mapping[str, Any]) -> StreamOffset:
