@@ -21,10 +21,10 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as ConfluentPartition
 
 from fairstream.ranges import OffsetRange, decode_shadow, encode_shadow, to_commit
-from fairstream.runtime._admin import BrokerAdmin
 from fairstream.spark.cluster import _metadata
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic
+from tests.spark.conftest import stored_metadata
 
 pytestmark = [pytest.mark.broker]
 
@@ -72,13 +72,6 @@ def _read(bootstrap: str, group_id: str, topic: str) -> list[tuple[bytes, str]]:
     return found
 
 
-async def _stored(broker: Broker, group_id: str, topic: str) -> str | None:
-    async with BrokerAdmin(broker.bootstrap) as admin:
-        found = await admin.committed_offsets(group_id, [TopicPartition(topic, 0)])
-    committed = found[TopicPartition(topic, 0)]
-    return None if committed is None else committed.metadata
-
-
 async def test_confluent_kafka_reads_metadata_without_a_nul_past_its_end(
     noida: Broker, group_id: str
 ) -> None:
@@ -86,7 +79,7 @@ async def test_confluent_kafka_reads_metadata_without_a_nul_past_its_end(
     broker keeps it exactly, confluent-kafka's read runs on into the planted bytes,
     and the Spark side still finds the shadow range in every answer."""
     topic = await _commit(noida, group_id, METADATA)
-    assert await _stored(noida, group_id, topic) == METADATA  # noida adds nothing
+    assert await stored_metadata(noida, group_id, topic) == METADATA  # noida adds nothing
 
     found = await anyio.to_thread.run_sync(_read, noida.bootstrap, group_id, topic)
 
