@@ -27,7 +27,6 @@ fairstream's ``admission`` (``fair`` | ``proportional``), ``parallelCatchUp``,
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NoReturn, cast
 
@@ -37,6 +36,7 @@ from fairstream.errors import ConfigError, DataLossError
 from fairstream.spark._extra import missing_extra
 from fairstream.spark.cluster import GroupClient
 from fairstream.spark.handlers import decode_handler, handle_batches
+from fairstream.spark.offsetspec import starting_positions
 from fairstream.spark.planning import Chunk, PartitionState
 from fairstream.spark.reading import read_task
 from fairstream.spark.source import FairstreamDataSource, TaskPartition, kafka_schema, select
@@ -129,7 +129,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         states = self._states()
-        positions = _starting_positions(self.options.starting, states)
+        positions = starting_positions(self.options.starting, states)
         log.info("stream_started", group_id=self.options.group_id, partitions=len(positions))
         return StreamOffset(self.options.group_id, positions).to_json()
 
@@ -284,56 +284,3 @@ class RefusedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         self._refuse()
-
-
-def _starting_positions(
-    starting: str, states: Sequence[PartitionState]
-) -> dict[TopicPartition, Position]:
-    """Where each partition starts. JSON offsets must name every partition, as Spark's
-    Kafka source requires: one left out would start somewhere the user did not say."""
-    if starting in ("committed", "earliest", "latest"):
-        return {(s.topic, s.partition): _named_start(starting, s) for s in states}
-    offsets = _json_offsets(starting)
-    missing = sorted(
-        f"{s.topic}/{s.partition}" for s in states if (s.topic, s.partition) not in offsets
-    )
-    if missing:
-        raise ConfigError(
-            "startingOffsets",
-            starting,
-            f"names no offset for {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""),
-            "name every partition of the subscribed topics (-2 earliest, -1 latest)",
-        )
-    return {
-        (s.topic, s.partition): Position(
-            {-2: s.log_start, -1: s.log_end}.get(
-                offsets[s.topic, s.partition], offsets[s.topic, s.partition]
-            )
-        )
-        for s in states
-    }
-
-
-def _named_start(starting: str, state: PartitionState) -> Position:
-    if starting == "committed":
-        if state.committed is None:
-            return Position(state.log_start)
-        return Position(state.committed, tuple(state.shadow))
-    return Position(state.log_start if starting == "earliest" else state.log_end)
-
-
-def _json_offsets(starting: str) -> dict[TopicPartition, int]:
-    try:
-        parsed = json.loads(starting)
-        return {
-            (topic, int(partition)): int(offset)
-            for topic, offsets in parsed.items()
-            for partition, offset in offsets.items()
-        }
-    except (ValueError, AttributeError, TypeError):
-        raise ConfigError(
-            "startingOffsets",
-            starting,
-            "expected committed, earliest, latest or JSON",
-            'e.g. {"clicks": {"0": 42, "1": -2}}',
-        ) from None

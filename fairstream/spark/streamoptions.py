@@ -28,7 +28,16 @@ from fairstream.errors import ConfigError
 from fairstream.spark.reading import ReadSettings
 from fairstream.spark.streamplan import Admission
 
-__all__ = ["RENAMED", "RESERVED", "StreamOptions", "positive_number", "spark_names"]
+__all__ = [
+    "RENAMED",
+    "RESERVED",
+    "BatchOptions",
+    "StreamOptions",
+    "positive_number",
+    "read_settings",
+    "spark_names",
+    "subscribed",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -52,7 +61,7 @@ RESERVED = {
 _NOT_YET = (
     *("subscribePattern", "assign", "startingOffsetsByTimestamp", "startingTimestamp"),
     *("minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions"),
-    *("endingOffsets", "startingOffsetsByTimestampStrategy"),
+    "startingOffsetsByTimestampStrategy",
 )
 """Spark Kafka source options this source does not implement (yet)."""
 
@@ -62,6 +71,7 @@ _OWN = (
     *("catchUpShare", "commitToGroup", "maxTasks", "stall_timeout", "batch_size", "handler"),
     "includeHeaders",
     "failOnDataLoss",
+    "endingOffsets",
 )
 _KNOWN = frozenset(name.lower() for name in [*_OWN, *RENAMED, "path"])
 """Spark hands options over lower-cased; ``path`` is what ``load(path)`` sets."""
@@ -123,32 +133,18 @@ class StreamOptions:
     def parse(cls, options: Mapping[str, str]) -> StreamOptions:
         """:raises ConfigError: an unknown option or a bad value, naming the option."""
         given = spark_names(options)
-        topics = tuple(t.strip() for t in given.get("subscribe", "").split(",") if t.strip())
-        if not topics:
-            raise ConfigError("subscribe", given.get("subscribe"), "no topics", "e.g. 'a,b'")
+        if "endingoffsets" in given:
+            raise ConfigError(
+                "endingOffsets", given["endingoffsets"], "a stream has no end", "use spark.read"
+            )
         group_id = given.get("kafka.group.id")
         if not group_id:
             raise ConfigError(
                 "kafka.group.id", None, "the source commits to a group and needs one", "e.g. 'etl'"
             )
-        bootstrap = given.get("kafka.bootstrap.servers")
-        if not bootstrap:
-            raise ConfigError(
-                "kafka.bootstrap.servers", None, "the source needs brokers", "e.g. 'host:9092'"
-            )
         return cls(
-            read=ReadSettings(
-                bootstrap=bootstrap,
-                stall_timeout=positive_number(given, "stall_timeout", 30.0),
-                batch_size=int(positive_number(given, "batch_size", 10_000)),
-                kafka_config={
-                    key.removeprefix("kafka."): value
-                    for key, value in given.items()
-                    if key.startswith("kafka.")
-                    and key not in ("kafka.bootstrap.servers", "kafka.group.id")
-                },
-            ),
-            topics=topics,
+            read=read_settings(given),
+            topics=subscribed(given),
             group_id=group_id,
             starting=given.get("startingoffsets") or "committed",
             max_records=_optional_int(given, "maxOffsetsPerTrigger"),
@@ -164,6 +160,84 @@ class StreamOptions:
             include_headers=_flag(given, "includeHeaders", False),
             fail_on_data_loss=_flag(given, "failOnDataLoss", True),
         )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchOptions:
+    """``spark.read.format("fairstream")`` with Spark's options: the records between
+    ``startingOffsets`` (default earliest) and ``endingOffsets`` (default latest)."""
+
+    read: ReadSettings
+    topics: tuple[str, ...]
+    group_id: str | None = None
+    """Only for ``startingOffsets=committed``; a batch read commits nothing."""
+    starting: str = "earliest"
+    ending: str = "latest"
+    fail_on_data_loss: bool = True
+    max_tasks: int = 8
+    include_headers: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> BatchOptions:
+        """:raises ConfigError: an unknown, stream-only or bad option, naming it."""
+        given = spark_names(options)
+        for name in _STREAM_ONLY:
+            if name.lower() in given:
+                raise ConfigError(
+                    name, given[name.lower()], "only for a stream", "use spark.readStream"
+                )
+        starting = given.get("startingoffsets") or "earliest"
+        group_id = given.get("kafka.group.id")
+        if starting == "committed" and not group_id:
+            raise ConfigError(
+                "startingOffsets", starting, "needs the group", "set kafka.group.id as well"
+            )
+        return cls(
+            read=read_settings(given),
+            topics=subscribed(given),
+            group_id=group_id,
+            starting=starting,
+            ending=given.get("endingoffsets") or "latest",
+            fail_on_data_loss=_flag(given, "failOnDataLoss", True),
+            max_tasks=_optional_int(given, "maxTasks") or 8,
+            include_headers=_flag(given, "includeHeaders", False),
+        )
+
+
+_STREAM_ONLY = (
+    *("maxOffsetsPerTrigger", "admission", "parallelCatchUp", "catchUpThreshold"),
+    *("catchUpShare", "commitToGroup", "handler"),
+)
+
+
+def subscribed(given: Mapping[str, str]) -> tuple[str, ...]:
+    """The ``subscribe`` option's topics. :raises ConfigError: none."""
+    topics = tuple(t.strip() for t in given.get("subscribe", "").split(",") if t.strip())
+    if not topics:
+        raise ConfigError("subscribe", given.get("subscribe"), "no topics", "e.g. 'a,b'")
+    return topics
+
+
+def read_settings(given: Mapping[str, str]) -> ReadSettings:
+    """How the executors read, from Spark's option names (lower-cased).
+
+    :raises ConfigError: no brokers, or a bad ``stall_timeout``/``batch_size``.
+    """
+    bootstrap = given.get("kafka.bootstrap.servers")
+    if not bootstrap:
+        raise ConfigError(
+            "kafka.bootstrap.servers", None, "the source needs brokers", "e.g. 'host:9092'"
+        )
+    return ReadSettings(
+        bootstrap=bootstrap,
+        stall_timeout=positive_number(given, "stall_timeout", 30.0),
+        batch_size=int(positive_number(given, "batch_size", 10_000)),
+        kafka_config={
+            key.removeprefix("kafka."): value
+            for key, value in given.items()
+            if key.startswith("kafka.") and key not in ("kafka.bootstrap.servers", "kafka.group.id")
+        },
+    )
 
 
 def _optional_int(given: Mapping[str, str], name: str) -> int | None:

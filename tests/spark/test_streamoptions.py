@@ -6,7 +6,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from fairstream.errors import ConfigError
-from fairstream.spark.streamoptions import RENAMED, RESERVED, StreamOptions
+from fairstream.spark.streamoptions import RENAMED, RESERVED, BatchOptions, StreamOptions
 
 SPARK = {
     "kafka.bootstrap.servers": "host:9092",
@@ -88,3 +88,19 @@ def test_required_options_are_named_by_their_spark_name(missing: str) -> None:
     with pytest.raises(ConfigError) as caught:
         StreamOptions.parse(options)
     assert caught.value.field == missing
+
+
+def test_a_stream_has_no_ending_offsets() -> None:
+    with pytest.raises(ConfigError, match="endingOffsets='latest': a stream has no end"):
+        StreamOptions.parse({**SPARK, "endingOffsets": "latest"})
+
+
+def test_a_batch_read_refuses_stream_options_and_needs_no_group() -> None:
+    batch = BatchOptions.parse({"kafka.bootstrap.servers": "h:1", "subscribe": "t"})
+    assert (batch.starting, batch.ending, batch.group_id) == ("earliest", "latest", None)
+    with pytest.raises(ConfigError, match="maxOffsetsPerTrigger='5': only for a stream"):
+        BatchOptions.parse({**SPARK, "maxOffsetsPerTrigger": "5"})
+    with pytest.raises(ConfigError, match="startingOffsets='committed': needs the group"):
+        BatchOptions.parse(
+            {"kafka.bootstrap.servers": "h:1", "subscribe": "t", "startingOffsets": "committed"}
+        )
