@@ -84,20 +84,29 @@ from fairstream import App, Record, SchedulerConfig, logs
 
 @dataclass(slots=True)
 class Tally:
-    """Counts handled records and notes when the first and the ``target``-th were handled."""
+    """Counts handled records and notes when the first and the ``target``-th were handled.
+
+    It also reads this process's CPU time at both, for the steady state: the records
+    after the first call (``first_count`` came with it) over the wall and CPU time
+    between the two calls.
+    """
 
     target: int
     seen: int = 0
     first: float = 0.0
+    first_cpu: float = 0.0
+    first_count: int = 0
     finished: float = 0.0
+    finished_cpu: float = 0.0
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     def add(self, count: int) -> None:
         if not self.seen:
-            self.first = time.perf_counter()
+            self.first, self.first_cpu = time.perf_counter(), time.process_time()
+            self.first_count = count
         self.seen += count
         if self.seen >= self.target and not self.finished:
-            self.finished = time.perf_counter()
+            self.finished, self.finished_cpu = time.perf_counter(), time.process_time()
             self.done.set()
 
 
@@ -352,6 +361,10 @@ class Sample:
     first_seconds: float
     cpu_seconds: float
     warnings: int
+    steady_records: int
+    """Records handled after the first handler call (the steady state's)."""
+    steady_seconds: float
+    steady_cpu_seconds: float
 
     @property
     def rate(self) -> float:
@@ -360,6 +373,15 @@ class Sample:
     @property
     def rate_stopped(self) -> float:
         return self.records / self.stopped_seconds
+
+    @property
+    def rate_steady(self) -> float:
+        return self.steady_records / self.steady_seconds
+
+    @property
+    def cpu_steady(self) -> float:
+        """CPU seconds of this process per record in the steady state."""
+        return self.steady_cpu_seconds / self.steady_records
 
 
 async def measure(
@@ -395,6 +417,9 @@ async def measure(
         first_seconds=tally.first - began,
         cpu_seconds=cpu,
         warnings=warnings.count,
+        steady_records=tally.target - tally.first_count,
+        steady_seconds=tally.finished - tally.first,
+        steady_cpu_seconds=tally.finished_cpu - tally.first_cpu,
     )
 
 
@@ -403,12 +428,44 @@ def spread(values: list[float], fmt: str) -> str:
     return " / ".join(format(v, fmt) for v in (ordered[0], statistics.median(ordered), ordered[-1]))
 
 
-def fastest_raw(by_way: dict[str, list[Sample]]) -> str | None:
-    """The raw aiokafka way with the best median rate in this run: raw aiokafka at its best."""
+def fastest_raw(
+    by_way: dict[str, list[Sample]], rate: Callable[[Sample], float] = lambda s: s.rate
+) -> str | None:
+    """The raw aiokafka way with the best median ``rate`` in this run: raw aiokafka at its best."""
     raw = {name: group for name, group in by_way.items() if group[0].way.raw}
     if not raw:
         return None
-    return max(raw, key=lambda name: statistics.median(s.rate for s in raw[name]))
+    return max(raw, key=lambda name: statistics.median(rate(s) for s in raw[name]))
+
+
+def print_steady(by_way: dict[str, list[Sample]]) -> None:
+    """The steady state: from the first record handled to the last, rate and CPU.
+
+    What a service pays all day, with the group join and the first fetch left out
+    (the same for every way, they fill most of a short run and pull the ratios
+    toward 1). The CPU is this process's, where the consumer runs (the broker has
+    its own), read at the first and the last handler call; both ratios are paired
+    with the raw way of the best median steady rate, in the same repeat.
+    """
+    baseline = fastest_raw(by_way, lambda s: s.rate_steady)
+    base = {s.repeat: s for s in by_way.get(baseline, [])} if baseline else {}
+    print(
+        f"\nSteady state, from the first record handled to the last; paired with "
+        f"{baseline or '(no raw way)'} in the same repeat."
+        "\n\n| way | runs | records/s min / median / max | ratio, paired "
+        "| CPU us/record min / median / max | CPU ratio, paired |"
+        "\n|---|---:|---:|---:|---:|---:|"
+    )
+    for name, group in by_way.items():
+        paired = [s.rate_steady / base[s.repeat].rate_steady for s in group if s.repeat in base]
+        cpu = [s.cpu_steady / base[s.repeat].cpu_steady for s in group if s.repeat in base]
+        print(
+            f"| {name} | {len(group)} "
+            f"| {spread([s.rate_steady for s in group], ',.0f')} "
+            f"| {spread(paired, '.2f') if paired else '-'} "
+            f"| {spread([s.cpu_steady * 1e6 for s in group], '.2f')} "
+            f"| {spread(cpu, '.2f') if cpu else '-'} |"
+        )
 
 
 def print_table(samples: list[Sample]) -> None:
@@ -452,6 +509,7 @@ def print_table(samples: list[Sample]) -> None:
             f"| {spread([s.cpu_seconds / s.records * 1e6 for s in group], '.2f')} "
             f"| {group[0].way.commits} | {sum(s.warnings for s in group)} |"
         )
+    print_steady(by_way)
 
 
 async def bench(args: argparse.Namespace, bootstrap: str, warnings: WarningCounter) -> None:
