@@ -39,6 +39,14 @@ its own process and is not counted): on a shared machine a neighbour steals wall
 time but not much CPU time, so this column compares two versions of fairstream
 where the rates are too noisy to.
 
+A second table gives the steady state, from the first record handled to the last:
+records/s and this process's CPU per record over that span (read at the first and
+the last handler call; every way's consumer runs in this process), each paired with
+the raw way of the best steady median in the same repeat. The group join and the
+first fetch, the same for every way, fill most of a short run and pull the first
+table's ratios toward 1; the steady state is what a service pays all day
+(``benchmarks/notes/per_record_cost.md`` says where each microsecond goes).
+
 The embedded noida broker answers a fetch with everything up to the log end, so
 the raw loop's first ``getmany`` decodes the whole topic at once, and the garbage
 collector walks that growing heap of records again and again (a third of its
@@ -58,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import statistics
 import time
@@ -144,6 +153,26 @@ class WarningCounter(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.count += 1
+
+
+class CollectorClock:
+    """Notes each pass of the garbage collector (``gc.callbacks``): when it began, its CPU."""
+
+    def __init__(self) -> None:
+        self.passes: list[tuple[float, float]] = []
+        self._began = (0.0, 0.0)
+        gc.callbacks.append(self._note)
+
+    def _note(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = (time.perf_counter(), time.process_time())
+        else:
+            at, cpu = self._began
+            self.passes.append((at, time.process_time() - cpu))
+
+    def cpu_between(self, start: float, end: float) -> float:
+        """CPU seconds of the passes that began between two ``perf_counter`` readings."""
+        return sum(cpu for at, cpu in self.passes if start <= at <= end)
 
 
 # --- the ways ------------------------------------------------------------------------
@@ -365,6 +394,8 @@ class Sample:
     """Records handled after the first handler call (the steady state's)."""
     steady_seconds: float
     steady_cpu_seconds: float
+    steady_gc_seconds: float
+    """Of ``steady_cpu_seconds``, the garbage collector's."""
 
     @property
     def rate(self) -> float:
@@ -383,6 +414,11 @@ class Sample:
         """CPU seconds of this process per record in the steady state."""
         return self.steady_cpu_seconds / self.steady_records
 
+    @property
+    def gc_steady(self) -> float:
+        """The garbage collector's CPU seconds per record in the steady state."""
+        return self.steady_gc_seconds / self.steady_records
+
 
 async def measure(
     way: Way,
@@ -391,8 +427,10 @@ async def measure(
     ends: dict[TopicPartition, int],
     limit: float,
     warnings: WarningCounter,
+    collector: CollectorClock,
 ) -> Sample:
     warnings.count = 0
+    collector.passes.clear()
     began, cpu_began = time.perf_counter(), time.process_time()
     try:
         async with asyncio.timeout(limit):
@@ -420,6 +458,7 @@ async def measure(
         steady_records=tally.target - tally.first_count,
         steady_seconds=tally.finished - tally.first,
         steady_cpu_seconds=tally.finished_cpu - tally.first_cpu,
+        steady_gc_seconds=collector.cpu_between(tally.first, tally.finished),
     )
 
 
@@ -453,8 +492,9 @@ def print_steady(by_way: dict[str, list[Sample]]) -> None:
         f"\nSteady state, from the first record handled to the last; paired with "
         f"{baseline or '(no raw way)'} in the same repeat."
         "\n\n| way | runs | records/s min / median / max | ratio, paired "
-        "| CPU us/record min / median / max | CPU ratio, paired |"
-        "\n|---|---:|---:|---:|---:|---:|"
+        "| CPU us/record min / median / max | CPU ratio, paired "
+        "| of which the garbage collector, us/record |"
+        "\n|---|---:|---:|---:|---:|---:|---:|"
     )
     for name, group in by_way.items():
         paired = [s.rate_steady / base[s.repeat].rate_steady for s in group if s.repeat in base]
@@ -464,7 +504,8 @@ def print_steady(by_way: dict[str, list[Sample]]) -> None:
             f"| {spread([s.rate_steady for s in group], ',.0f')} "
             f"| {spread(paired, '.2f') if paired else '-'} "
             f"| {spread([s.cpu_steady * 1e6 for s in group], '.2f')} "
-            f"| {spread(cpu, '.2f') if cpu else '-'} |"
+            f"| {spread(cpu, '.2f') if cpu else '-'} "
+            f"| {spread([s.gc_steady * 1e6 for s in group], '.2f')} |"
         )
 
 
@@ -514,12 +555,17 @@ def print_table(samples: list[Sample]) -> None:
 
 async def bench(args: argparse.Namespace, bootstrap: str, warnings: WarningCounter) -> None:
     """One table per partition count, each over a topic of its own."""
+    collector = CollectorClock()
     for partitions in args.partitions:
-        await bench_topic(args, partitions, bootstrap, warnings)
+        await bench_topic(args, partitions, bootstrap, warnings, collector)
 
 
 async def bench_topic(
-    args: argparse.Namespace, partitions: int, bootstrap: str, warnings: WarningCounter
+    args: argparse.Namespace,
+    partitions: int,
+    bootstrap: str,
+    warnings: WarningCounter,
+    collector: CollectorClock,
 ) -> None:
     topic = f"bench-throughput-{uuid.uuid4().hex[:8]}"
     began = time.perf_counter()
@@ -545,7 +591,7 @@ async def bench_topic(
                 max_batch=args.max_batch,
                 scheduler=args.scheduler,
             )
-            sample = await measure(way, repeat, run, ends, args.timeout, warnings)
+            sample = await measure(way, repeat, run, ends, args.timeout, warnings, collector)
             samples.append(sample)
             print(
                 f"run {repeat}/{args.repeat} {way.name}: {sample.records:,} records "
@@ -600,6 +646,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--timeout", type=float, default=300.0, help="seconds one run may take before failing"
     )
+    parser.add_argument(
+        "--gc-threshold",
+        type=int,
+        default=None,
+        help="the garbage collector's first-generation threshold for every way (Python's "
+        "default: 700); 10000 keeps it out of the steady state, to profile the rest",
+    )
     add_bootstrap_option(parser)
     args = parser.parse_args()
     if min(args.records, *args.partitions, args.repeat, args.faststream_records) <= 0:
@@ -610,6 +663,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    if args.gc_threshold is not None:
+        gc.set_threshold(args.gc_threshold, *gc.get_threshold()[1:])
     logs.configure("console", "WARNING")
     warnings = WarningCounter()
     aiokafka_log = logging.getLogger("aiokafka")
