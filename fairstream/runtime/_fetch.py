@@ -34,7 +34,6 @@ from aiokafka.errors import KafkaError
 from fairstream.config import SchedulerConfig
 from fairstream.errors import BrokerError, FairstreamError, describe
 from fairstream.runtime._ports import KafkaClients, consumer_broken
-from fairstream.runtime._primitives import primitives
 from fairstream.runtime._pull_in_turn import InTurn, pull_in_turn
 from fairstream.runtime._record import TP, Record, as_records, record_bytes
 from fairstream.runtime._scheduler import Dispatch, FairScheduler, PartitionQueue
@@ -127,7 +126,6 @@ class Fetcher:
     async def run(self) -> None:
         """Pull what the queues have room for until :meth:`stop`."""
         scheduler = self._scheduler
-        new_scope, new_event = primitives()  # a scope per pull: see _primitives
         while not self._stopping:
             if self._hooked is not self._clients.consumer:  # the first, or a rebuilt one
                 self._hooked = self._clients.consumer
@@ -140,7 +138,7 @@ class Fetcher:
             wanted, room = self._wanted()
             retry_in = self._leave_aside(wanted) if wanted is not None and self._aside else None
             if wanted is not None and not wanted:
-                self._room = new_event()
+                self._room = anyio.Event()
                 with anyio.move_on_after(retry_in if retry_in is not None else float("inf")):
                     await self._room.wait()
                 continue
@@ -148,7 +146,7 @@ class Fetcher:
             batches: dict[TopicPartition, list[Any]] = {}
             failure: KafkaError | None = None
             # A queue that gets room cancels the wait, so its partition is pulled at once.
-            with new_scope() as self._pull:
+            with anyio.CancelScope() as self._pull:
                 self._pulling = True
                 try:
                     batches = await consumer.getmany(

@@ -35,7 +35,6 @@ import anyio.abc
 
 from fairstream.errors import FairstreamError
 from fairstream.runtime._handling import DispatchRunner
-from fairstream.runtime._primitives import primitives
 from fairstream.runtime._record import TP, Record
 from fairstream.runtime._scheduler import Dispatch
 from fairstream.runtime._subscriber import Subscriber
@@ -111,8 +110,6 @@ class KeyedLane:
         self._unique = itertools.count()
         self._parts: dict[TP, _Partition] = {}
         self._tasks: anyio.abc.TaskGroup | None = None
-        self._scope, self._event = anyio.CancelScope, anyio.Event
-        """The running back-end's classes once a partition opened (``_primitives``)."""
 
     def start(self, tasks: anyio.abc.TaskGroup) -> None:
         self._tasks = tasks
@@ -190,14 +187,13 @@ class KeyedLane:
             if part.admitted < self._room:
                 return part
             if part.room is None:
-                part.room = self._event()
+                part.room = anyio.Event()
             await part.room.wait()
         return None
 
     async def _open(self, tp: TP) -> _Partition:
         assert self._tasks is not None, "KeyedLane.start was not called"
-        self._scope, self._event = primitives()
-        part = _Partition(tp, self._scope())
+        part = _Partition(tp, anyio.CancelScope())
         self._parts[tp] = part
         await self._tasks.start(self._serve, part)
         return part

@@ -27,7 +27,6 @@ import anyio.abc
 from fairstream.errors import FairstreamError
 from fairstream.runtime._handling import DispatchRunner
 from fairstream.runtime._keyed import InFlight, KeyedLane
-from fairstream.runtime._primitives import primitives
 from fairstream.runtime._record import TP, Record
 from fairstream.runtime._scheduler import Dispatch, FairScheduler
 from fairstream.runtime._subscriber import Subscriber
@@ -63,9 +62,6 @@ class Workers:
         self._in_flight: dict[tuple[TP, bool], InFlight] = {}
         self._sleepers: deque[anyio.Event] = deque()
         self._stopping = False
-        self._scope, self._event = anyio.CancelScope, anyio.Event
-        """What builds a dispatch's cancel scope and a sleeper's event: the running
-        back-end's classes once a worker ran (see ``_primitives``)."""
         self._keyed = {
             lane: KeyedLane(
                 sub,
@@ -119,7 +115,6 @@ class Workers:
     async def _work_loop(self) -> None:
         scheduler = self._scheduler
         loop = asyncio.get_running_loop()
-        self._scope, self._event = primitives()
         busy = False
 
         def pass_on() -> None:
@@ -129,7 +124,7 @@ class Workers:
         while not self._stopping:
             dispatch = scheduler.next_dispatch()
             if dispatch is None:
-                awake = self._event()
+                awake = anyio.Event()
                 self._sleepers.append(awake)
                 try:
                     await awake.wait()
@@ -158,7 +153,7 @@ class Workers:
 
     async def _run(self, dispatch: Dispatch[Record[bytes]]) -> None:
         subscriber = self._subscribers[dispatch.lane]
-        running = InFlight(self._scope())
+        running = InFlight(anyio.CancelScope())
         keys = [(piece.tp, dispatch.replay) for piece in dispatch.slices]
         for key in keys:
             self._in_flight[key] = running
