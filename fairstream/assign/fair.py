@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from fairstream.assign.model import Assignment, GroupSnapshot, TopicPartition
 
-__all__ = ["balance", "plan"]
+__all__ = ["balance", "even_counts", "plan"]
 
 Held = dict[str, dict[str, list[int]]]
 """member_id -> topic -> partitions it holds, in the order they were given."""
@@ -71,6 +71,14 @@ def balance(
             for partition in partitions:
                 owners[topic][partition] = member_id
     return owners
+
+
+def even_counts(
+    snapshot: GroupSnapshot, readers: dict[str, list[str]], held: Held, load: dict[str, int]
+) -> None:
+    """Make ``held`` count-optimal, moving the partitions each member was given last first."""
+    _level_off(snapshot, held, load, {})
+    _even_out(snapshot, readers, held, load, {})
 
 
 def _fill(

@@ -33,11 +33,12 @@ planner only reads numbers.
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 
-from fairstream.assign.fair import balance
+from fairstream.assign.fair import balance, even_counts
 from fairstream.assign.model import Assignment, GroupSnapshot, TopicPartition
 from fairstream.assign.sticky import give_back, still_valid
 from fairstream.errors import ConfigError
@@ -50,9 +51,13 @@ lag noise of +/-5% between two rebalances then moves almost nothing instead of a
 fifth of all partitions, and a kept plan is never more than 1 / (1 - 0.1) = 1.11x
 the best one found."""
 
-_RELIEF_BUDGET = 300_000
+_RELIEF_BUDGET = 200_000
 """Partitions examined while improving one plan: keeps large groups fast, and is far
 more than small groups (where improvement matters most) ever use."""
+
+_SEARCH_LIMIT = 20_000
+"""Partitions up to which the planner improves more starts: ``fair``'s or ``sticky``'s
+plan, and a deal stranded by mixed subscriptions once chains restore its counts."""
 
 _Step = tuple[str, int, str, str, int]
 """One relief step: (topic, partition given, taker, topic and partition returned or -1)."""
@@ -159,6 +164,10 @@ class _Caps:
         key, held = self.group[member_id], self.count[member_id]
         return held < self.low[key] or (held == self.low[key] and self.extra[key] > 0)
 
+    def pool(self, topic: str) -> None:
+        """No short list: the deal walks all open members, lightest first."""
+        return None
+
     def done(self, member_id: str) -> bool:
         """Closed for good: ``extra`` only shrinks."""
         return not self.open(member_id, "")
@@ -172,9 +181,10 @@ class _Caps:
 class _Quotas:
     """Per member and topic, what a count-optimal plan gives it: a deal that never sticks."""
 
-    __slots__ = ("left", "share")
+    __slots__ = ("holders", "left", "share")
 
     def __init__(self, owners: Owners) -> None:
+        self.holders = {topic: sorted(set(topic_owners)) for topic, topic_owners in owners.items()}
         self.left = Counter(
             (member_id, topic)
             for topic, topic_owners in owners.items()
@@ -183,6 +193,10 @@ class _Quotas:
         self.share = Counter(
             member_id for topic_owners in owners.values() for member_id in topic_owners
         )
+
+    def pool(self, topic: str) -> list[str]:
+        """The members with a quota in ``topic``, few beside all open members."""
+        return self.holders[topic]
 
     def open(self, member_id: str, topic: str) -> bool:
         return self.left[(member_id, topic)] > 0
@@ -222,14 +236,18 @@ def plan(
     candidates = [_Layout.of(members, lags, balanced)]
     steps: list[_Step] = []
     start = candidates[0]
+    # Relief is a local search, and where it starts matters, with mixed subscriptions
+    # most: small groups try every start, large ones (where time counts) a re-plan
+    # only from the previous plan.
+    small = sum(len(values) for values in lags.values()) <= _SEARCH_LIMIT
     if previous is not None:
-        start = _redealt(snapshot.members, lags, kept, start)
+        start = _redealt(snapshot.members, readers, lags, kept, start)
         candidates.append(_improve(start.copy(), snapshot.members, steps))
-    candidates.append(_improve(_dealt(snapshot, lags, balanced), snapshot.members))
-    # Relief is a local search, and with mixed subscriptions where it starts matters:
-    # ``balanced`` improved is a second start (with a quarter of the budget, which
-    # only large groups, where it rarely wins, ever use up).
-    candidates.append(_improve(candidates[0].copy(), snapshot.members, budget=_RELIEF_BUDGET // 4))
+    if previous is None or small:
+        for dealt in _dealt(snapshot, readers, lags, balanced, repair=small):
+            candidates.append(_improve(dealt, snapshot.members))
+    if small:
+        candidates.append(_improve(candidates[0].copy(), snapshot.members))
     lowest = min(candidate.worst() for candidate in candidates)
     if previous is not None:
         # The re-plan relieved one step at a time only until it is within the margin
@@ -256,6 +274,7 @@ def plan(
 def _deal(
     layout: _Layout,
     subscriptions: Mapping[str, frozenset[str]],
+    readers: Mapping[str, list[str]],
     loose: Mapping[str, list[int]],
     caps: _Caps | _Quotas,
 ) -> bool:
@@ -267,7 +286,6 @@ def _deal(
     partition no open subscriber can take goes to its lightest subscriber.
     """
     lags, total, count = layout.lags, layout.total, layout.count
-    readers = {topic: [m for m in count if topic in subscriptions[m]] for topic in loose}
     rounds: list[tuple[int, str, int, list[int]]] = []
     for topic, partitions in loose.items():
         order = _heaviest_first(lags[topic], partitions)
@@ -283,7 +301,16 @@ def _deal(
         left = chunk
         while left:
             takers: list[str] = []
-            index = 0
+            index = len(ranked)
+            pool = caps.pool(topic)
+            if pool is not None:
+                takers = heapq.nsmallest(
+                    len(left),
+                    (m for m in pool if caps.open(m, topic)),
+                    key=lambda m: (total[m], count[m], m),
+                )
+            else:
+                index = 0
             while index < len(ranked) and len(takers) < len(left):
                 member_id = ranked[index][2]
                 if caps.done(member_id):
@@ -320,14 +347,19 @@ def _heaviest_first(lags: Sequence[int], partitions: list[int]) -> list[int]:
 
 def _dealt(
     snapshot: GroupSnapshot,
+    readers: dict[str, list[str]],
     lags: dict[str, tuple[int, ...]],
     balanced: Owners,
-) -> _Layout:
+    *,
+    repair: bool,
+) -> list[_Layout]:
     """A fresh plan: everything dealt by lag under the count-optimal shares of ``balanced``.
 
     Members with one subscription share their shares freely. With mixed subscriptions
     that deal can strand a member whose topics others filled up first; then each
-    member is dealt exactly as many partitions of each topic as ``balanced`` gives it.
+    member is dealt exactly as many partitions of each topic as ``balanced`` gives it,
+    and with ``repair`` the stranded deal is a second start once chains (moving the
+    lightest partitions, dealt last) restore its counts.
     """
     members = list(snapshot.members)
     counts = Counter(m for owners in balanced.values() for m in owners)
@@ -335,14 +367,24 @@ def _dealt(
     subscriptions = {m: frozenset(topics) for m, topics in snapshot.members.items()}
     caps = _Caps(subscriptions, {m: counts[m] for m in members}, layout.count)
     loose = {topic: list(range(len(values))) for topic, values in lags.items()}
-    if not _deal(layout, snapshot.members, loose, caps):
-        layout = _Layout(members, lags)
-        _deal(layout, snapshot.members, loose, _Quotas(balanced))
-    return layout
+    if _deal(layout, snapshot.members, readers, loose, caps):
+        return [layout]
+    starts = [_Layout(members, lags)]
+    _deal(starts[0], snapshot.members, readers, loose, _Quotas(balanced))
+    if repair:
+        even_counts(snapshot, readers, layout.held, layout.count)
+        owners = {topic: [""] * len(values) for topic, values in lags.items()}
+        for member_id, topics in layout.held.items():
+            for topic, partitions in topics.items():
+                for partition in partitions:
+                    owners[topic][partition] = member_id
+        starts.append(_Layout.of(members, lags, owners))
+    return starts
 
 
 def _redealt(
     subscriptions: Mapping[str, frozenset[str]],
+    readers: dict[str, list[str]],
     lags: dict[str, tuple[int, ...]],
     kept: Mapping[TopicPartition, str],
     settled: _Layout,
@@ -361,7 +403,7 @@ def _redealt(
             else:
                 loose.setdefault(topic, []).append(partition)
     caps = _Caps({m: m for m in settled.count}, settled.count, layout.count)
-    return layout if _deal(layout, subscriptions, loose, caps) else settled
+    return layout if _deal(layout, subscriptions, readers, loose, caps) else settled
 
 
 def _improve(

@@ -5,7 +5,8 @@ another subscriber of its topic that holds two or more fewer partitions") and, a
 balanced plans, the one that preserves as many existing assignments as possible.
 fairstream's ``fair``, ``sticky`` and ``lag`` are held to the same order: count balance
 over each member's total, then (``lag`` only) the busiest member's lag, then moves.
-The smallest examples come first, then properties over large random groups.
+The smallest examples come first, then properties over large random groups; the
+checks live in ``benchmarks/assign_contracts.py``, which counts the same breaches.
 """
 
 from __future__ import annotations
@@ -17,76 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairstream.assign import STRATEGIES, Assignment, GroupSnapshot, member_lags, moved, plan
+from benchmarks.assign_contracts import give_backs, kafka_unbalanced, large_group
+from fairstream.assign import STRATEGIES, Assignment, GroupSnapshot, moved, plan
 from fairstream.assign.cooperative import hold_back_moves
 
 BALANCED = ["fair", "sticky", "lag"]
 STICKY = ["sticky", "lag"]
-
-
-def kafka_unbalanced(snapshot: GroupSnapshot, assignment: Assignment) -> list[str]:
-    """Kafka's balance rule, broken: a partition could move to a reader holding 2+ fewer.
-
-    Also members sharing one subscription must differ by at most one partition.
-    """
-    count = {m: assignment.count(m) for m in snapshot.members}
-    broken = [
-        f"{holder} holds {topic} with {count[holder]}, {reader} reads it with {count[reader]}"
-        for holder, topics in assignment.members.items()
-        for topic in topics
-        for reader, subscription in snapshot.members.items()
-        if topic in subscription and count[reader] <= count[holder] - 2
-    ]
-    for member_id, subscription in snapshot.members.items():
-        for other, theirs in snapshot.members.items():
-            if subscription == theirs and count[member_id] - count[other] > 1:
-                broken.append(f"{member_id} and {other} share a subscription")
-    return broken
-
-
-def give_backs(
-    snapshot: GroupSnapshot,
-    previous: Assignment,
-    assignment: Assignment,
-    *,
-    with_lag: bool = False,
-) -> list[str]:
-    """Moved partitions that could go back to their owner with every count kept.
-
-    Back alone when its holder has one more than its owner (the two counts trade
-    places), or swapped with a partition its owner newly got that the holder reads.
-    ``with_lag``: only returns that leave the busiest member's lag no higher count.
-    """
-    now = assignment.owner_map()
-    before = {
-        tp: m
-        for tp, m in previous.owner_map().items()
-        if m in snapshot.members and tp[0] in snapshot.members[m] and tp in now
-    }
-    count = {m: assignment.count(m) for m in snapshot.members}
-    lags = member_lags(snapshot, assignment)
-    cap = max(lags.values(), default=0)
-    newly: dict[str, list[tuple[str, int]]] = {m: [] for m in snapshot.members}
-    for tp, member_id in now.items():
-        if before.get(tp) != member_id:
-            newly[member_id].append(tp)
-    found = []
-    for tp, owner in sorted(before.items()):
-        holder = now[tp]
-        if holder == owner:
-            continue
-        lag = snapshot.lag_of(*tp)
-        if count[holder] == count[owner] + 1 and (
-            not with_lag or (lags[owner] + lag <= cap and lags[holder] - lag <= cap)
-        ):
-            found.append(f"{tp} back to {owner} from {holder}")
-        for other in newly[owner]:
-            delta = lag - snapshot.lag_of(*other)
-            if other[0] in snapshot.members[holder] and (
-                not with_lag or (lags[owner] + delta <= cap and lags[holder] - delta <= cap)
-            ):
-                found.append(f"{tp} back to {owner} for {other} to {holder}")
-    return found
 
 
 def group(
@@ -266,37 +203,10 @@ def test_kafka_same_subscriptions_one_leaves(strategy: str) -> None:
 LARGE = settings(max_examples=25, deadline=None)
 
 
-@st.composite
-def large_groups(draw: st.DrawFn) -> tuple[GroupSnapshot, Assignment]:
+def large_groups() -> st.SearchStrategy[tuple[GroupSnapshot, Assignment]]:
     """Up to 50 members, 20 topics of up to 40 partitions, mixed subscriptions, and
     previous owners skewed towards a few members (some of them gone)."""
-    rng = random.Random(draw(st.integers(0, 2**32)))
-    topics = {f"t{i:02d}": rng.randint(1, 40) for i in range(draw(st.integers(1, 20)))}
-    names = sorted(topics)
-    same = draw(st.booleans())
-    members = {
-        f"m{i:02d}": frozenset(names if same else rng.sample(names, rng.randint(1, len(names))))
-        for i in range(draw(st.integers(1, 50)))
-    }
-    lag = (
-        {
-            t: tuple(rng.choice((0, rng.randint(0, 1_000), 50_000)) for _ in range(n))
-            for t, n in topics.items()
-        }
-        if draw(st.booleans())
-        else {}
-    )
-    owners = [*members, "gone1", "gone2"]
-    weights = [rng.paretovariate(1.0) for _ in owners]
-    previous: dict[str, dict[str, list[int]]] = {}
-    for topic, count in topics.items():
-        for partition in range(count):
-            if rng.random() < 0.9:
-                owner = rng.choices(owners, weights)[0]
-                previous.setdefault(owner, {}).setdefault(topic, []).append(partition)
-    return GroupSnapshot(members=members, partitions=topics, lag=lag), Assignment.from_json(
-        previous
-    )
+    return st.integers(0, 2**32).map(lambda seed: large_group(random.Random(seed)))
 
 
 @pytest.mark.parametrize("strategy", BALANCED)
