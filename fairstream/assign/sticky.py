@@ -62,6 +62,8 @@ def give_back(
     left. With ``cap`` (``lag``'s busiest member), a return must leave both members'
     lag at or under it, so lag balance comes before fewer moves.
     """
+    if not kept:
+        return
     subscriptions = snapshot.members
     count = Counter(member for topic_owners in owners.values() for member in topic_owners)
     total: dict[str, int] = Counter()
