@@ -54,9 +54,9 @@ def moved_share(noise: float, min_improvement: float) -> float:
 
 
 def test_noise_within_the_margin_moves_almost_nothing() -> None:
-    assert moved_share(0.05, MIN_IMPROVEMENT) <= 0.01  # 0.8% measured
+    assert moved_share(0.05, MIN_IMPROVEMENT) <= 0.01  # 0.0% measured (#34; 0.8% before)
     # Without the margin the same noise reshuffles the groups (the old behaviour).
-    assert moved_share(0.05, 0.0) >= 0.1  # 22.6% measured
+    assert moved_share(0.05, 0.0) >= 0.1  # 18.5% measured
 
 
 @settings(max_examples=60, deadline=None)
@@ -79,7 +79,7 @@ def test_a_leave_moves_little_beyond_the_leavers_partitions() -> None:
         left = GroupSnapshot(members=members, partitions=group.partitions, lag=group.lag)
         others += moved_others(previous, plan(left, previous), gone)
         partitions += sum(group.partitions.values())
-    assert others / partitions <= 0.05  # 2.6% measured; 29.3% with min_improvement=0
+    assert others / partitions <= 0.05  # 2.3% measured; 21.7% with min_improvement=0
 
 
 def test_a_join_moves_close_to_what_count_balance_needs() -> None:
