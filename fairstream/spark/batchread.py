@@ -12,7 +12,7 @@ from __future__ import annotations
 import structlog
 
 from fairstream.errors import ConfigError, DataLossError
-from fairstream.spark.cluster import read_states
+from fairstream.spark.cluster import GroupClient
 from fairstream.spark.offsetspec import ending_offsets, starting_positions
 from fairstream.spark.planning import Chunk
 from fairstream.spark.streamoptions import BatchOptions
@@ -35,7 +35,11 @@ def plan_read(options: BatchOptions) -> list[list[Chunk]]:
     """
     o = options
     group = o.group_id or _STATE_GROUP
-    states = read_states(o.read.bootstrap, group, o.topics, kafka_config=o.read.kafka_config)
+    client = GroupClient(o.read.bootstrap, group, o.read.kafka_config)
+    try:
+        states = o.subscription.states(client, quiet=False)
+    finally:
+        client.close()
     starts = starting_positions(o.starting, states)
     ends = ending_offsets(o.ending, states)
     for tp, end in ends.items():

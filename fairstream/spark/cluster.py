@@ -60,6 +60,17 @@ class GroupClient:
     def close(self) -> None:
         self.consumer.close()
 
+    def topic_names(self, *, timeout: float = 15.0) -> list[str]:
+        """Every topic on the cluster (for a subscription by pattern)."""
+        try:
+            return list(self.consumer.list_topics(timeout=timeout).topics)
+        except KafkaException as exc:
+            raise BrokerError(
+                f"cannot list the cluster's topics: {exc.args[0].str()}",
+                bootstrap=self.bootstrap,
+                retriable=exc.args[0].retriable(),
+            ) from exc
+
     def states(
         self, topics: Sequence[str], *, timeout: float = 15.0, quiet: bool = False
     ) -> list[PartitionState]:

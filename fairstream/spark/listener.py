@@ -82,7 +82,8 @@ class GroupCommitter(StreamingQueryListener):
         except (ValueError, TypeError, FairstreamError):
             return None  # another source's offset
         topics = {topic for topic, _ in done.positions}
-        mine = done.group == self.options.group_id and topics <= set(self.options.topics)
+        covered = all(self.options.subscription.covers(topic) for topic in topics)
+        mine = done.group == self.options.group_id and covered
         return done if mine else None
 
     def _commit(self, done: StreamOffset) -> None:
@@ -92,7 +93,7 @@ class GroupCommitter(StreamingQueryListener):
         if self._client is None:
             self._client = GroupClient(o.read.bootstrap, o.group_id, o.read.kafka_config)
         try:
-            states = self._client.states(o.topics, quiet=True)
+            states = o.subscription.states(self._client)
             current = {(s.topic, s.partition): (s.committed, s.metadata) for s in states}
             # The source commits too, a batch later: never move a partition back.
             ahead = {

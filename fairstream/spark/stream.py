@@ -120,7 +120,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._group
 
     def _states(self) -> list[PartitionState]:
-        return self._client().states(self.options.topics, quiet=True)
+        return self.options.subscription.states(self._client())
 
     def stop(self) -> None:
         if self._group is not None:
@@ -238,7 +238,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _parse(self, offset: Mapping[str, Any]) -> StreamOffset:
         parsed = StreamOffset.from_json(offset)
         topics = {topic for topic, _ in parsed.positions}
-        if parsed.group != self.options.group_id or not topics <= set(self.options.topics):
+        covered = all(self.options.subscription.covers(topic) for topic in topics)
+        if parsed.group != self.options.group_id or not covered:
             raise ConfigError(
                 "checkpointLocation",
                 f"group {parsed.group!r}, topics {','.join(sorted(topics))}",

@@ -27,6 +27,7 @@ import structlog
 from fairstream.errors import ConfigError
 from fairstream.spark.reading import ReadSettings
 from fairstream.spark.streamplan import Admission
+from fairstream.spark.subscription import Subscription, subscription
 
 __all__ = [
     "RENAMED",
@@ -36,7 +37,6 @@ __all__ = [
     "positive_number",
     "read_settings",
     "spark_names",
-    "subscribed",
 ]
 
 log = structlog.get_logger(__name__)
@@ -59,14 +59,15 @@ RESERVED = {
 """``kafka.*`` keys Spark's Kafka source refuses, and why this one does too."""
 
 _NOT_YET = (
-    *("subscribePattern", "assign", "startingOffsetsByTimestamp", "startingTimestamp"),
+    *("startingOffsetsByTimestamp", "startingTimestamp"),
     *("minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions"),
     "startingOffsetsByTimestampStrategy",
 )
 """Spark Kafka source options this source does not implement (yet)."""
 
 _OWN = (
-    *("kafka.bootstrap.servers", "subscribe", "kafka.group.id", "startingOffsets"),
+    *("kafka.bootstrap.servers", "subscribe", "subscribePattern", "assign", "kafka.group.id"),
+    "startingOffsets",
     *("maxOffsetsPerTrigger", "admission", "parallelCatchUp", "catchUpThreshold"),
     *("catchUpShare", "commitToGroup", "maxTasks", "stall_timeout", "batch_size", "handler"),
     "includeHeaders",
@@ -116,7 +117,7 @@ class StreamOptions:
     """The streaming source's options, checked once on the driver."""
 
     read: ReadSettings
-    topics: tuple[str, ...]
+    subscription: Subscription
     group_id: str
     starting: str = "committed"
     max_records: int | None = None
@@ -144,7 +145,7 @@ class StreamOptions:
             )
         return cls(
             read=read_settings(given),
-            topics=subscribed(given),
+            subscription=subscription(given),
             group_id=group_id,
             starting=given.get("startingoffsets") or "committed",
             max_records=_optional_int(given, "maxOffsetsPerTrigger"),
@@ -168,7 +169,7 @@ class BatchOptions:
     ``startingOffsets`` (default earliest) and ``endingOffsets`` (default latest)."""
 
     read: ReadSettings
-    topics: tuple[str, ...]
+    subscription: Subscription
     group_id: str | None = None
     """Only for ``startingOffsets=committed``; a batch read commits nothing."""
     starting: str = "earliest"
@@ -194,7 +195,7 @@ class BatchOptions:
             )
         return cls(
             read=read_settings(given),
-            topics=subscribed(given),
+            subscription=subscription(given),
             group_id=group_id,
             starting=starting,
             ending=given.get("endingoffsets") or "latest",
@@ -208,14 +209,6 @@ _STREAM_ONLY = (
     *("maxOffsetsPerTrigger", "admission", "parallelCatchUp", "catchUpThreshold"),
     *("catchUpShare", "commitToGroup", "handler"),
 )
-
-
-def subscribed(given: Mapping[str, str]) -> tuple[str, ...]:
-    """The ``subscribe`` option's topics. :raises ConfigError: none."""
-    topics = tuple(t.strip() for t in given.get("subscribe", "").split(",") if t.strip())
-    if not topics:
-        raise ConfigError("subscribe", given.get("subscribe"), "no topics", "e.g. 'a,b'")
-    return topics
 
 
 def read_settings(given: Mapping[str, str]) -> ReadSettings:

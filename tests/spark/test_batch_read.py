@@ -20,11 +20,11 @@ def read(
     spark: SparkSession, broker: Broker, topic: str, **options: str
 ) -> list[dict[str, object]]:
     register(spark)
+    subscription = {} if {"assign", "subscribePattern"} & set(options) else {"subscribe": topic}
     frame = (
         spark.read.format("fairstream")
         .option("kafka.bootstrap.servers", broker.bootstrap)
-        .option("subscribe", topic)
-        .options(**options)
+        .options(**subscription, **options)
         .load()
     )
     return [row.asDict() for row in frame.collect()]
@@ -92,3 +92,21 @@ def test_deleted_records_fail_a_batch_read_unless_told(
         return
     rows = read(spark, noida, topic, startingOffsets=start, failOnDataLoss="false")
     assert sorted(r["offset"] for r in rows) == list(range(20, 50))
+
+
+def test_assign_reads_only_the_partitions_it_names(spark: SparkSession, noida: Broker) -> None:
+    topic = fill_topic(noida.bootstrap, [5, 6, 7])
+    rows = read(spark, noida, topic, assign=json.dumps({topic: [0, 2]}))
+    assert sorted((r["partition"], r["offset"]) for r in rows) == [
+        *((0, o) for o in range(5)),
+        *((2, o) for o in range(7)),
+    ]
+
+
+def test_a_pattern_reads_every_matching_topic(spark: SparkSession, noida: Broker) -> None:
+    first, second = fill_topic(noida.bootstrap, [3]), fill_topic(noida.bootstrap, [4])
+    pattern = f"({first}|{second})"
+    rows = read(spark, noida, first, subscribePattern=pattern)
+    assert sorted((r["topic"], r["offset"]) for r in rows) == sorted(
+        [*((first, o) for o in range(3)), *((second, o) for o in range(4))]
+    )
