@@ -33,6 +33,7 @@ from fairstream.errors import (
     HandlerCancelled,
     HandlerError,
     HandoffFailed,
+    MembershipError,
     PlanError,
 )
 
@@ -74,6 +75,7 @@ __all__ = [
     "HandlerLatency",
     "HandoffFailed",
     "Health",
+    "MembershipError",
     "Middleware",
     "ParallelRebalance",
     "PartitionStats",
