@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import signal
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from tests.conftest import Broker
 from tests.kafka_helpers import create_topic
 from tests.reliability.checker import make_ids, produce_ids, wait_for_sightings
 from tests.reliability.scenarios import spawn_sink, stop_sink
+from tests.runtime.live_traffic import wait_until
 
 pytestmark = pytest.mark.broker
 
@@ -168,8 +170,9 @@ async def test_fenced_instance_id_from_the_broker_stops_the_member(
 async def test_the_pinned_aiokafka_has_what_the_watch_relies_on(
     noida: Broker, group_id: str
 ) -> None:
-    """Fails loudly when an aiokafka upgrade changes what ``_membership`` wraps. If the
-    first assertion fails, aiokafka learnt FENCED_INSTANCE_ID: check what it raises."""
+    """Fails loudly when an aiokafka upgrade changes what ``_membership`` wraps, or an
+    App's consumer lacks a hook (``_refused_commits`` too). If the first assertion
+    fails, aiokafka learnt FENCED_INSTANCE_ID: check what it raises."""
     assert for_code(82) is UnknownError
     app = App(bootstrap=noida.bootstrap, group_id=group_id, instance_id="pinned")
     topic = f"pin-{group_id[-8:]}"
@@ -184,14 +187,23 @@ async def test_the_pinned_aiokafka_has_what_the_watch_relies_on(
             await app.wait_ready()
             coordinator = app._clients.consumer._coordinator  # type: ignore[union-attr]
             hooked = {
-                name: getattr(coordinator, name).__qualname__
-                for name in ("_send_req", "_push_error_to_user", "_on_join_prepare")
+                name: getattr(coordinator, name).__qualname__.split(".<locals>")[0]
+                for name in (
+                    "_send_req",
+                    "_push_error_to_user",
+                    "_on_join_prepare",
+                    "_do_commit_offsets",
+                    "reset_generation",
+                )
             }
-    assert not [e for e in logs if e["event"] == "membership_watch_unavailable"]
+    unpatched = {"membership_watch_unavailable", "refused_commit_unpatched"}
+    assert not [e for e in logs if e["event"] in unpatched]
     assert hooked == {
         "_send_req": "_Watch.send",
         "_push_error_to_user": "_Watch.push",
         "_on_join_prepare": "_Watch.prepare",
+        "_do_commit_offsets": "keep_member_on_refused_commit",
+        "reset_generation": "keep_member_on_refused_commit",
     }
     # Where aiokafka calls what the watch wraps, and the answers it reads there.
     calls = {
@@ -214,3 +226,57 @@ def test_a_coordinator_not_aiokafkas_is_left_alone() -> None:
     with structlog.testing.capture_logs() as logs:
         assert watch_membership(Consumer(), group_id="g", instance_id=None) is False
     assert [e["event"] for e in logs] == ["membership_watch_unavailable"]
+
+
+_GHOST = """
+import asyncio, sys
+from aiokafka import AIOKafkaConsumer
+
+async def main(bootstrap, group, topic):
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group)
+    await consumer.start()
+    while not consumer.assignment():
+        await consumer.getmany(timeout_ms=100)
+    print("assigned", flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+async def test_a_member_that_gets_no_assignment_for_a_rebalance_timeout_says_so(
+    noida: Broker, group_id: str
+) -> None:
+    """A member killed without leaving stays noida's leader (it never evicts): each
+    round waits for its SyncGroup and times out. Before, the app waited in silence
+    (issue #38: 90 s, nothing logged); now one warning after one rebalance timeout."""
+    topic = f"ghost-{group_id[-8:]}"
+    await create_topic(noida.bootstrap, topic, 2)
+    argv = [sys.executable, "-c", _GHOST, noida.bootstrap, group_id, topic]
+    async with await anyio.open_process(argv) as ghost:
+        assert ghost.stdout is not None
+        with anyio.fail_after(30):
+            assert (await ghost.stdout.receive()).startswith(b"assigned")
+        ghost.kill()  # SIGKILL: no LeaveGroup
+    app = App(
+        bootstrap=noida.bootstrap,
+        group_id=group_id,
+        assignor=["sticky", "roundrobin"],  # the dead member offered roundrobin
+        consumer=ConsumerConfig(session_timeout_ms=6_000, heartbeat_interval_ms=1_000),
+    )
+
+    @app.subscriber(topic)
+    async def handle(record: Record[bytes]) -> None:
+        pass
+
+    with structlog.testing.capture_logs() as logs:
+        async with app:
+            await wait_until(
+                lambda: any(e["event"] == "group_assignment_waiting" for e in logs), 30
+            )
+            assert app.stats().partitions == ()
+    waiting = [e for e in logs if e["event"] == "group_assignment_waiting"]
+    assert len(waiting) == 1
+    assert waiting[0]["group_id"] == group_id
+    assert waiting[0]["waited_s"] == 6.0
+    assert waiting[0]["log_level"] == "warning"
