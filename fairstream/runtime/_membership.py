@@ -148,6 +148,7 @@ def watch_membership(consumer: Any, *, group_id: str, instance_id: str | None) -
         not all(callable(getattr(coordinator, name, None)) for name in _HOOKED)
         or not isinstance(assignors, tuple | list)
         or not isinstance(timeout_ms, int)
+        or not isinstance(getattr(coordinator, "_closing", None), asyncio.Future)
     ):
         log.warning(
             "membership_watch_unavailable",
@@ -202,6 +203,10 @@ class _Watch:
             protocol = getattr(response, "group_protocol", None)
             if isinstance(protocol, str) and protocol not in self._offered:
                 self._refuse_protocol(protocol, "the broker chose it")
+                # Joined all the same: a dynamic member leaves on stop (LeaveGroup needs
+                # these), or noida would keep it, and might elect it leader, for ever.
+                self._coordinator.member_id = response.member_id
+                self._coordinator.generation = response.generation_id
                 return _Refused()
         return response
 
