@@ -248,8 +248,8 @@ class _Watch:
             member_id=self._coordinator.member_id or None,
             waited_s=self._rebalance_timeout_s,
             reason="joined the group but got no assignment for a whole rebalance timeout; "
-            "the group may wait for a member that is gone (fairstream lag --group shows "
-            "its members)",
+            "the group may wait for a member that is gone (README, the embedded brokers' "
+            "quirks: a member gone without LeaveGroup)",
         )
 
     async def _look_for_twin(self, refused: str) -> None:

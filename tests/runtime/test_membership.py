@@ -72,18 +72,25 @@ async def test_two_processes_with_one_instance_id_stop_the_older_with_one_line(
                 await stop_sink(process, signal.SIGTERM, 30)
     stderr = (tmp_path / "older.stderr").read_text().splitlines()
     assert code == 2, stderr[-5:]
+    # noida answers the older one UNKNOWN_MEMBER_ID (a new member id per join); Kafka
+    # fences it.
+    how = (
+        f"the broker gave its instance to member {_holder(stderr[-1])!r} (it answered "
+        "this one UNKNOWN_MEMBER_ID)"
+        if noida.info is not None
+        else "the broker fenced this member (FENCED_INSTANCE_ID)"
+    )
     assert stderr[-1] == (
         f"fairstream run: error: this member cannot stay in group {group!r}, instance_id "
-        "'twin': another process runs with the same instance_id: the broker gave its "
-        f"instance to member {_holder(stderr[-1])!r} (it answered this one "
-        "UNKNOWN_MEMBER_ID); give each process its own instance_id (FAIRSTREAM_INSTANCE_ID)"
+        f"'twin': another process runs with the same instance_id: {how}; give each "
+        "process its own instance_id (FAIRSTREAM_INSTANCE_ID)"
     )
     assert not any("Traceback" in line for line in stderr)
 
 
 def _holder(line: str) -> str:
-    """The member id the message names (noida makes a new one per join)."""
-    return line.split("to member '", 1)[1].split("'", 1)[0]
+    """The member id the message names."""
+    return line.split("to member '", 1)[-1].split("'", 1)[0]
 
 
 async def test_a_cooperative_member_told_to_run_a_protocol_it_never_offered_stops(
@@ -120,7 +127,9 @@ async def test_a_cooperative_member_told_to_run_a_protocol_it_never_offered_stop
         await plain.stop()
     message = str(caught.value)
     assert caught.value.group_id == group_id
-    assert "protocol 'roundrobin', which this member did not offer" in message
+    # Kafka refuses the join (INCONSISTENT_GROUP_PROTOCOL) without naming the protocol.
+    chosen = "protocol 'roundrobin'" if noida.info is not None else "a protocol"
+    assert f"the group runs {chosen}, which this member did not offer" in message
     assert "fairstream-sticky-coop" in message
     assert "\n" not in message
 
@@ -250,6 +259,8 @@ async def test_a_member_that_gets_no_assignment_for_a_rebalance_timeout_says_so(
     """A member killed without leaving stays noida's leader (it never evicts): each
     round waits for its SyncGroup and times out. Before, the app waited in silence
     (issue #38: 90 s, nothing logged); now one warning after one rebalance timeout."""
+    if noida.info is None:
+        pytest.skip("Kafka evicts a member gone without LeaveGroup: no round waits for it")
     topic = f"ghost-{group_id[-8:]}"
     await create_topic(noida.bootstrap, topic, 2)
     argv = [sys.executable, "-c", _GHOST, noida.bootstrap, group_id, topic]
