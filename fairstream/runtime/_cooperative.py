@@ -100,6 +100,7 @@ _EXPECTED = {
     "request_rejoin": [],
     # Not called here, but a cooperative member needs _refused_commits to apply.
     "reset_generation": [],
+    "commit_offsets": ["assignment", "offsets"],
     "_do_commit_offsets": ["assignment", "offsets"],
 }
 """The coordinator methods this module replaces or calls, with their parameters."""

@@ -22,8 +22,9 @@ forgot is answered ``UNKNOWN_MEMBER_ID`` at the join, and aiokafka resets it the
 aiokafka sends the commit under ``asyncio.shield``: when its caller gave up
 (``commit_timeout``, often after a handler blocked the event loop), the refusal
 ended a task nobody awaits, and asyncio printed "Task exception was never
-retrieved" with an ``UnknownMemberIdError`` traceback. The caller logs what it saw
-(``commit_failed``), so the task's outcome is marked as read here.
+retrieved" with an ``UnknownMemberIdError`` traceback. The caller logged its
+timeout (``commit_failed``); the task's outcome is read here, and an error that
+came after the caller gave up is one ``commit_answered_late`` event.
 
 It is private API, so it is guarded: a coordinator without these methods is left as
 it is (a ``refused_commit_unpatched`` event); ``tests/runtime/test_refused_commits.py``
@@ -36,15 +37,20 @@ import asyncio
 import inspect
 import weakref
 from contextvars import ContextVar
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import structlog
+
+from fairstream.errors import describe
 
 __all__ = ["keep_member_on_refused_commit"]
 
 log = structlog.get_logger(__name__)
 
 _EXPECTED = {
+    "commit_offsets": ["assignment", "offsets"],
     "_do_commit_offsets": ["assignment", "offsets"],
     "reset_generation": [],
     "request_rejoin": [],
@@ -53,6 +59,17 @@ _EXPECTED = {
 
 _COMMITTING: ContextVar[bool] = ContextVar("fairstream_refused_commit", default=False)
 """Set in the task that sends a commit (aiokafka shields it: a task of its own)."""
+
+
+@dataclass(slots=True)
+class _Caller:
+    """One commit's caller: ``gave_up`` once it was cancelled with the commit still out."""
+
+    gave_up: bool = False
+
+
+_CALLER: ContextVar[_Caller | None] = ContextVar("fairstream_commit_caller", default=None)
+"""The caller of the commit under way; the shielded task inherits it (a context copy)."""
 
 
 def keep_member_on_refused_commit(consumer: Any, *, rejoin: bool) -> bool:
@@ -71,14 +88,26 @@ def keep_member_on_refused_commit(consumer: Any, *, rejoin: bool) -> bool:
                 "a refused commit makes the member rejoin under a new member id",
             )
             return False
-    commit, reset = coordinator._do_commit_offsets, coordinator.reset_generation
+    send, commit = coordinator.commit_offsets, coordinator._do_commit_offsets
+    reset = coordinator.reset_generation
     watched: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
     async def commit_offsets(assignment: Any, offsets: Any) -> Any:
+        caller = _Caller()
+        token = _CALLER.set(caller)
+        try:
+            return await send(assignment, offsets)
+        except asyncio.CancelledError:
+            caller.gave_up = True
+            raise
+        finally:
+            _CALLER.reset(token)
+
+    async def do_commit_offsets(assignment: Any, offsets: Any) -> Any:
         task = asyncio.current_task()
         if task is not None and task not in watched:  # once per task, however long it lives
             watched.add(task)
-            task.add_done_callback(_retrieve)
+            task.add_done_callback(partial(_retrieve, _CALLER.get()))
         token = _COMMITTING.set(True)
         try:
             return await commit(assignment, offsets)
@@ -97,12 +126,16 @@ def keep_member_on_refused_commit(consumer: Any, *, rejoin: bool) -> bool:
         if rejoin:
             coordinator.request_rejoin()
 
-    coordinator._do_commit_offsets = commit_offsets
+    coordinator.commit_offsets = commit_offsets
+    coordinator._do_commit_offsets = do_commit_offsets
     coordinator.reset_generation = reset_generation
     return True
 
 
-def _retrieve(task: asyncio.Task[Any]) -> None:
-    """Mark a finished commit task's outcome as seen (see the module docstring)."""
-    if not task.cancelled():
-        task.exception()
+def _retrieve(caller: _Caller | None, task: asyncio.Task[Any]) -> None:
+    """Read a finished commit task's outcome; one event if its caller had given up."""
+    if task.cancelled():
+        return
+    error = task.exception()
+    if error is not None and caller is not None and caller.gave_up:
+        log.info("commit_answered_late", reason=describe(error))

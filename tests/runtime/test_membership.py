@@ -201,6 +201,7 @@ async def test_the_pinned_aiokafka_has_what_the_watch_relies_on(
                     "_send_req",
                     "_push_error_to_user",
                     "_on_join_prepare",
+                    "commit_offsets",
                     "_do_commit_offsets",
                     "reset_generation",
                 )
@@ -211,6 +212,7 @@ async def test_the_pinned_aiokafka_has_what_the_watch_relies_on(
         "_send_req": "_Watch.send",
         "_push_error_to_user": "_Watch.push",
         "_on_join_prepare": "_Watch.prepare",
+        "commit_offsets": "keep_member_on_refused_commit",
         "_do_commit_offsets": "keep_member_on_refused_commit",
         "reset_generation": "keep_member_on_refused_commit",
     }
