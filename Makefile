@@ -1,6 +1,6 @@
-# Entry points: `make demo`, `make test`, `make docs` and `make install` (the venv alone, for the
-# README's first app: `make install && . .venv/bin/activate`). Each creates or
-# refreshes .venv first.
+# Entry points: `make demo`, `make test`, `make docs`, `make dist` (the wheel and sdist into
+# dist/, README "Your first app") and `make install` (the venv alone:
+# `make install && . .venv/bin/activate`). Each creates or refreshes .venv first.
 PYTHON ?= python3
 # The suite mostly waits on brokers (rebalances, session timeouts), not on the CPU: two
 # pytest workers, each with its own embedded brokers, halve its time on two cores.
@@ -10,7 +10,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck docs clean
+.PHONY: install demo test lint typecheck docs dist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,19 +26,28 @@ demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check fairstream tests examples benchmarks docs
-	$(BIN)/ruff format --check fairstream tests examples benchmarks docs
+	$(BIN)/ruff check fairstream pyspark_fairstream.py tests examples benchmarks docs
+	$(BIN)/ruff format --check fairstream pyspark_fairstream.py tests examples benchmarks docs
 
 typecheck: $(STAMP)
-	$(BIN)/mypy fairstream tests/typing
+	$(BIN)/mypy fairstream pyspark_fairstream.py tests/typing
 
 # The site (README sections, a page per CLI command, the API from the docstrings) into
 # site/; any warning, such as a broken link or an unparsable docstring, fails it.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
+# The wheel and sdist into dist/, with their metadata checked as PyPI would. The wheel is
+# built from the sdist (build's default), so a file missing from the sdist fails here.
+# build and twine come with the dev extra; tests/cli/test_extras.py builds them the same
+# way and installs the wheel into a fresh venv.
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/python -m twine check --strict dist/*
+
 test: lint typecheck docs
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site dist build fairstream.egg-info

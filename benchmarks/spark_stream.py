@@ -3,7 +3,7 @@
 Partition 0 of a fresh topic holds ``--backlog`` records (default 1M) when the query
 starts, while partitions 1-7 receive ``--rate`` records/s each (default 500) from a
 producer thread whose values are their produce time. The query
-(``readStream.format("fairstream")``, ``maxRecordsPerBatch=--max-records``, default
+(``readStream.format("fairstream")``, ``maxOffsetsPerTrigger=--max-records``, default
 20000, triggers back to back) ends each batch in a ``foreachBatch`` that takes the
 batch-end time; a live record's latency is batch end minus produce time. Reported per
 admission rule, on a fresh topic and group each: live latency p50/p99/max over every
@@ -144,11 +144,11 @@ def run_query(spark: object, bootstrap: str, args: argparse.Namespace, mode: str
     stop = threading.Event()
     live = threading.Thread(target=produce_live, args=(bootstrap, topic, args.rate, stop))
     options = {
-        "bootstrap": bootstrap,
-        "topics": topic,
-        "group_id": f"bench-{uuid.uuid4().hex[:8]}",
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        "kafka.group.id": f"bench-{uuid.uuid4().hex[:8]}",
         "startingOffsets": "earliest",
-        "maxRecordsPerBatch": str(args.max_records),
+        "maxOffsetsPerTrigger": str(args.max_records),
         "admission": "proportional" if mode == "proportional" else "fair",
     }
     if mode == "fair+catch-up":
@@ -248,10 +248,10 @@ def warm_up(spark: object, bootstrap: str) -> None:
     register(spark)
     topic = make_topic(bootstrap, 200_000)
     options = {
-        "bootstrap": bootstrap,
-        "topics": topic,
-        "group_id": "warm",
-        "maxRecordsPerBatch": "20000",
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        "kafka.group.id": "warm",
+        "maxOffsetsPerTrigger": "20000",
     }
 
     def sink(batch: DataFrame, batch_id: int) -> None:
@@ -302,7 +302,7 @@ def main() -> None:
         spark.stop()
     print(
         f"backlog {args.backlog} on partition 0, 7 live partitions x {args.rate}/s, "
-        f"maxRecordsPerBatch {args.max_records}, {args.master}"
+        f"maxOffsetsPerTrigger {args.max_records}, {args.master}"
     )
     print(
         "| admission | batches | live records | p50 s | p99 s | max s "

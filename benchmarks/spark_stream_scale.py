@@ -5,7 +5,7 @@ partitions are in the topic before the query starts. After a warm-up query, each
 repeat runs, on a fresh group and checkpoint each, in turn:
 
 - ``stream fair`` / ``stream proportional``: ``readStream.format("fairstream")`` to a
-  Parquet sink with ``Trigger.AvailableNow`` and ``maxRecordsPerBatch=--max-records``
+  Parquet sink with ``Trigger.AvailableNow`` and ``maxOffsetsPerTrigger=--max-records``
   (so several micro-batches), fair or Spark's proportional admission rule;
 - ``stream fair, maxTasks=N``: the same with one task per core (N = Spark's default
   parallelism) instead of the source's default of up to 8 tasks per batch;
@@ -63,9 +63,9 @@ def stream_to_parquet(
     assert isinstance(spark, SparkSession)
     register(spark)
     source = {
-        "bootstrap": bootstrap,
-        "topics": topic,
-        "group_id": f"bench-{uuid.uuid4().hex[:8]}",
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        "kafka.group.id": f"bench-{uuid.uuid4().hex[:8]}",
         "startingOffsets": "earliest",
         **options,
     }
@@ -111,7 +111,7 @@ def throughput(bootstrap: str, args: argparse.Namespace) -> None:
     produce(bootstrap, topic, PARTITIONS, args.records, 100)
     spark = build_session(args.master, app_name="fairstream-stream-throughput")
     warm_up(spark, bootstrap)
-    limit = {"maxRecordsPerBatch": str(args.max_records)}
+    limit = {"maxOffsetsPerTrigger": str(args.max_records)}
     cores = spark.sparkContext.defaultParallelism
     ways: dict[str, Callable[[], tuple[int, float, float]]] = {
         "stream fair": lambda: stream_to_parquet(
@@ -138,7 +138,7 @@ def throughput(bootstrap: str, args: argparse.Namespace) -> None:
     spark.stop()
     print(
         f"\n{args.records:,} records in {PARTITIONS} partitions, {args.master}, "
-        f"maxRecordsPerBatch {args.max_records}, {args.repeats} runs (min / median / max)"
+        f"maxOffsetsPerTrigger {args.max_records}, {args.repeats} runs (min / median / max)"
     )
     print("| way | end to end records/s | steady records/s (batches 2..n) |\n|---|---:|---:|")
     for way in ways:
@@ -218,7 +218,7 @@ def main() -> None:
     add_bootstrap_option(parser)
     parser.add_argument("--what", choices=("throughput", "scale-out"), default="throughput")
     parser.add_argument("--records", type=int, help="default 1M (throughput), 200k (scale-out)")
-    parser.add_argument("--max-records", type=int, default=250_000, help="maxRecordsPerBatch")
+    parser.add_argument("--max-records", type=int, default=250_000, help="maxOffsetsPerTrigger")
     parser.add_argument("--master", default="local[2]", help="for throughput")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()

@@ -26,25 +26,20 @@ log = structlog.get_logger()
 TOPIC = os.environ.get("ORDERS_TOPIC", "orders")
 
 
-def create_app(**options: Any) -> App:
-    """The orders App; a test passes ``clients=MemoryBroker().clients`` (test_dead_letters.py)."""
-    app = App(
-        group_id="orders",
-        retry=RetryPolicy(attempts=2, backoff=0.1),
-        dead_letter=DeadLetterPolicy(on_error="dead_letter", topic_suffix=".dlq"),
-        **options,
-    )
-
-    @app.subscriber(TOPIC)
-    async def handle(record: Record[dict[str, Any]]) -> None:
-        if record.value.get("amount", 0) < 0:
-            raise ValueError(f"negative amount {record.value['amount']}")
-        log.info("order_received", amount=record.value["amount"])
-
-    return app
+app = App(
+    group_id="orders",
+    retry=RetryPolicy(attempts=2, backoff=0.1),
+    dead_letter=DeadLetterPolicy(on_error="dead_letter", topic_suffix=".dlq"),
+)
 
 
-app = create_app()
+@app.subscriber(TOPIC)
+async def handle(record: Record[dict[str, Any]]) -> None:
+    if record.value.get("amount", 0) < 0:
+        raise ValueError(f"negative amount {record.value['amount']}")
+    log.info("order_received", amount=record.value["amount"])
+
+
 dead_letters = App(group_id="orders-dead-letters")
 
 

@@ -3,25 +3,23 @@
     pip install pytest pytest-asyncio      # pytest-asyncio runs the async test
     pytest test_dead_letters.py            # from this folder
 
-The app is built by a factory so the test can hand it the in-memory clients; retries,
-dead letters and commits run exactly as they would against Kafka.
+The app is the module-level one ``fairstream run dead_letters:app`` runs: for the test's
+block it runs on the in-memory broker instead of Kafka, with retries, dead letters and
+commits exactly as they would run against Kafka.
 """
 
 from __future__ import annotations
 
 import anyio
 import pytest
-from dead_letters import TOPIC, create_app
+from dead_letters import TOPIC, app
 
 from fairstream.testing import MemoryBroker
 
 
 @pytest.mark.asyncio
 async def test_a_negative_amount_is_dead_lettered_and_the_partition_moves_on() -> None:
-    broker = MemoryBroker()
-    broker.create_topic(TOPIC, partitions=1)
-    app = create_app(clients=broker.clients)
-    async with app:
+    async with MemoryBroker().run(app) as broker:  # creates the app's topic
         for amount in (5, -1, 7):
             await broker.publish(TOPIC, b'{"amount": %d}' % amount)
         with anyio.fail_after(10):

@@ -28,6 +28,7 @@ from fairstream.errors import (
     BrokerError,
     CommitError,
     ConfigError,
+    DataLossError,
     FairstreamError,
     HandlerAborted,
     HandlerCancelled,
@@ -35,6 +36,7 @@ from fairstream.errors import (
     HandoffFailed,
     MembershipError,
     PlanError,
+    StreamError,
 )
 
 if TYPE_CHECKING:
@@ -65,6 +67,7 @@ __all__ = [
     "CommitError",
     "ConfigError",
     "ConsumerConfig",
+    "DataLossError",
     "DeadLetterPolicy",
     "DecodeError",
     "Decoder",
@@ -85,6 +88,7 @@ __all__ = [
     "RetryPolicy",
     "SchedulerConfig",
     "SecurityConfig",
+    "StreamError",
     "load_app",
     "make_assignor",
     "serve_status",

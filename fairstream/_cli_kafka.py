@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -231,9 +232,9 @@ def add_produce(commands: Subparsers) -> None:
         description=(
             "Write VALUE as one record to TOPIC, or with VALUE '-' one record per line of\n"
             "standard input (the line without its newline; empty lines are skipped).\n"
-            "Values and keys are sent as UTF-8 bytes; records with a key go to the key's\n"
-            "partition (Kafka's default partitioner), others are spread. Returns once the\n"
-            "broker acknowledged every record."
+            "Values and keys are sent as the bytes given, in any encoding; records with a\n"
+            "key go to the key's partition (Kafka's default partitioner), others are\n"
+            "spread. Returns once the broker acknowledged every record."
         ),
         epilog="examples:\n"
         "  fairstream produce orders '{\"amount\": 42}'\n"
@@ -267,19 +268,22 @@ def _run_produce(args: argparse.Namespace) -> int:
 
 
 async def _values(value: str) -> AsyncIterator[bytes]:
-    """VALUE itself, or each non-empty line of stdin as it arrives.
+    """VALUE itself, or each non-empty line of stdin as it arrives, as the bytes given.
 
-    Lines are read in a worker thread so that records typed (or piped slowly) are
-    sent while the next line is awaited, not at end of input.
+    A record is bytes, so nothing is decoded: stdin is read as bytes, and VALUE gets
+    back the bytes the shell passed (Python decoded argv with surrogateescape, so
+    bytes that are not UTF-8 survive). Lines are read in a worker thread so that
+    records typed (or piped slowly) are sent while the next line is awaited, not at
+    end of input.
     """
     import anyio
 
     if value != "-":
-        yield value.encode()
+        yield os.fsencode(value)
         return
-    while line := await anyio.to_thread.run_sync(sys.stdin.readline):
-        if stripped := line.rstrip("\r\n"):
-            yield stripped.encode()
+    while line := await anyio.to_thread.run_sync(sys.stdin.buffer.readline):
+        if stripped := line.rstrip(b"\r\n"):
+            yield stripped
 
 
 async def _produce(args: argparse.Namespace) -> int:
@@ -307,7 +311,7 @@ async def _produce(args: argparse.Namespace) -> int:
             bootstrap_servers=args.bootstrap, client_id="fairstream-cli", linger_ms=5
         )
 
-    key = None if args.key is None else args.key.encode()
+    key = None if args.key is None else os.fsencode(args.key)
     count = 0
     async with _connected(producer, lambda client: client.start(), args) as client:
         try:

@@ -102,9 +102,10 @@ def add_stream(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 _STREAM_FLAGS = {
-    "bootstrap": "--bootstrap",
-    "group_id": "--group",
-    "topics": "--topics",
+    "kafka.bootstrap.servers": "--bootstrap",
+    "kafka.group.id": "--group",
+    "subscribe": "--topics",
+    "maxOffsetsPerTrigger": "--max-records",
     "handler": "--handler",
     "output": "--output",
     "handler/output": "--handler/--output",
@@ -126,7 +127,7 @@ def _run_stream(args: argparse.Namespace) -> int:
 
     options = {"startingOffsets": args.starting_offsets, "admission": args.admission}
     if args.max_records is not None:
-        options["maxRecordsPerBatch"] = str(args.max_records)
+        options["maxOffsetsPerTrigger"] = str(args.max_records)
     if args.catch_up is not None:
         options |= {"parallelCatchUp": "true", "catchUpThreshold": str(args.catch_up)}
     try:

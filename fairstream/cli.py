@@ -117,8 +117,9 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--http-port",
         type=int,
         default=None,
+        metavar="PORT",
         help="serve /metrics (Prometheus text; through prometheus_client when the "
-        "prometheus extra is installed), /health and /ready on --http-host:PORT "
+        "prometheus extra is installed), /health and /ready on --http-host:PORT, 1-65535 "
         "(default: no HTTP endpoint)",
     )
     parser.add_argument(
@@ -135,6 +136,8 @@ def _run_run(args: argparse.Namespace) -> int:
 
     from fairstream import load_app
 
+    if args.http_port is not None and not 1 <= args.http_port <= 65535:
+        raise ConfigError("--http-port", args.http_port, "is not a TCP port", "give 1-65535")
     app = load_app(args.app)
     if args.bootstrap:
         app.bootstrap = args.bootstrap
@@ -175,14 +178,31 @@ async def _run_with_status(app: App, host: str, port: int) -> None:
         metrics = app.metrics_text
     else:
         metrics = partial(metrics_text, app)
-    async with anyio.create_task_group() as tasks:
-        await tasks.start(
-            lambda task_status: serve_status(
-                app, host=host, port=port, metrics=metrics, task_status=task_status
+    try:
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(
+                lambda task_status: serve_status(
+                    app, host=host, port=port, metrics=metrics, task_status=task_status
+                )
             )
-        )
-        await app.run()
-        tasks.cancel_scope.cancel()
+            await app.run()
+            tasks.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        failure = _sole(group)
+    else:
+        return
+    # Raised outside the except block, so it is not chained to the group: the exit
+    # status and the one line must not depend on --http-port.
+    raise failure
+
+
+def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """What the task group wrapped: app.run()'s error (or the status port's start-up
+    error) alone, as ``main`` turns it into the exit status; the group if it holds more."""
+    inner: BaseException = group
+    while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
+        inner = inner.exceptions[0]
+    return inner
 
 
 # --- entry point --------------------------------------------------------------------

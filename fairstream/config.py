@@ -8,7 +8,7 @@ raises :class:`~fairstream.errors.ConfigError` naming the bad field, and
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -278,6 +278,15 @@ class SchedulerConfig:
     of it when that is less), and the final commit what is left of it, at most
     ``revoke_timeout``; so a stop while the broker is away still ends on time.
 
+    ``stuck_handler_warning`` is how many seconds a record may stay in hand (its
+    handler, retries and dead letter) before a ``handler_stuck`` warning names its
+    topic, partition and offset and how long; the warning comes again every five
+    times that (every 5 minutes at the default) while the record stays. A scan at
+    most a second apart finds such records (nothing is timed per record), so the
+    warning may come up to a second late; ``app.health()`` and the
+    ``fairstream_oldest_in_flight_seconds`` gauge show the age of the oldest record
+    in hand. At least 1 s.
+
     Small buffers are fast: records are decoded just ahead of their handler and
     die young, so the garbage collector never promotes and rescans them (raising
     ``max_buffered_records`` from 2,000 to 4,000 doubles its work, see
@@ -305,6 +314,7 @@ class SchedulerConfig:
     commit_timeout: float = 10.0
     revoke_timeout: float = 10.0
     shutdown_timeout: float = 30.0
+    stuck_handler_warning: float = 60.0
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -323,6 +333,12 @@ class SchedulerConfig:
         check_positive("fetch_linger", self.fetch_linger, allow_zero=True)
         check_positive("revoke_timeout", self.revoke_timeout, allow_zero=True)
         check_positive("shutdown_timeout", self.shutdown_timeout, allow_zero=True)
+        if self.stuck_handler_warning < 1:
+            raise ConfigError(
+                "stuck_handler_warning",
+                self.stuck_handler_warning,
+                "must be >= 1 (seconds a record may stay in a handler before a warning)",
+            )
         self.check_batch("max_batch", self.max_batch)
 
     def overridden(
@@ -386,9 +402,65 @@ class DeadLetterPolicy:
         _check_types(self)
         if not self.topic_suffix:
             raise ConfigError("topic_suffix", self.topic_suffix, "must not be empty")
+        # Checked here, not at the first failure: a broker refuses (or, noida, takes)
+        # an illegal name only when the first dead letter is sent, long after start.
+        problem = _topic_name_problem(self.topic_suffix, whole=False)
+        if problem is not None:
+            raise ConfigError(
+                "topic_suffix",
+                self.topic_suffix,
+                f"{problem}, so no dead-letter topic could be named with it",
+                "choose a suffix such as '.dlq'",
+            )
 
     def topic_for(self, topic: str) -> str:
         return f"{topic}{self.topic_suffix}"
+
+    def check_topics(self, topics: Sequence[str]) -> None:
+        """The dead-letter topic of each of ``topics`` is a name Kafka accepts.
+
+        :raises ConfigError: naming the topic, the suffix and the rule it breaks.
+        """
+        if self.on_error != "dead_letter":
+            return
+        for topic in topics:
+            name = self.topic_for(topic)
+            problem = _topic_name_problem(name)
+            if problem is not None:
+                raise ConfigError(
+                    "topic_suffix",
+                    self.topic_suffix,
+                    f"the dead-letter topic of topic {topic!r} would be {name!r}, which {problem}",
+                    "choose a topic_suffix that keeps it a legal name (e.g. '.dlq')",
+                )
+
+
+_TOPIC_MAX = 249
+"""Kafka's longest topic name (``Topic.MAX_NAME_LENGTH``)."""
+_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _topic_name_problem(name: str, *, whole: bool = True) -> str | None:
+    """What makes ``name`` an illegal Kafka topic name (``None``: it is legal).
+
+    Kafka's rule (``org.apache.kafka.common.internals.Topic.validate``): 1 to 249 of
+    ``a-z A-Z 0-9 . _ -``, and not ``.`` or ``..``. ``whole=False`` checks a part of
+    a name (a suffix): its characters, and that it leaves room for a one-letter topic.
+    """
+    bad = sorted(set(name) - _TOPIC_CHARS)
+    if bad:
+        shown = ", ".join(repr(c) for c in bad)
+        return f"has {shown}: Kafka allows only a-z, A-Z, 0-9, '.', '_' and '-' in topic names"
+    if whole and len(name) > _TOPIC_MAX:
+        return f"is {len(name)} characters long: Kafka allows at most {_TOPIC_MAX} in a topic name"
+    if not whole and len(name) >= _TOPIC_MAX:
+        return (
+            f"is {len(name)} characters long, leaving no room for a topic name within "
+            f"Kafka's limit of {_TOPIC_MAX} characters"
+        )
+    if whole and name in ("", ".", ".."):
+        return "is not a topic name Kafka allows ('', '.' and '..' are not)"
+    return None
 
 
 ShadowHandoff = (

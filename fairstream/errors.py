@@ -11,7 +11,8 @@
     ├── HandoffFailed               raised by a shadow handoff: it stopped at one record
     ├── CommitError                 an offset commit was refused or could not be sent
     ├── BackfillError               a Spark backfill job failed; nothing was committed
-    └── StreamError                 a Spark streaming query failed; its checkpoint resumes it
+    ├── StreamError                 a Spark streaming query failed; its checkpoint resumes it
+    └── DataLossError               records went away before they were read (failOnDataLoss)
 
 Each error keeps its facts as attributes and builds a one-line message that says
 what went wrong, where, and what to do, so a CLI can print ``str(exc)`` alone and
@@ -25,6 +26,7 @@ __all__ = [
     "BrokerError",
     "CommitError",
     "ConfigError",
+    "DataLossError",
     "FairstreamError",
     "HandlerError",
     "HandoffFailed",
@@ -220,3 +222,17 @@ class BackfillError(FairstreamError):
 
 class StreamError(FairstreamError):
     """A Spark streaming query failed; the group was committed only for finished batches."""
+
+
+class DataLossError(FairstreamError):
+    """Records the source still owed are gone: deleted by retention before they were
+    read, or a topic deleted and created again (its offsets went back). Spark's Kafka
+    source fails the query on this by default (``failOnDataLoss``), and so does ours."""
+
+    def __init__(self, *, topic: str, partition: int, lost: str) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.lost = lost
+        super().__init__(
+            f"{topic} partition {partition}: {lost}; set failOnDataLoss=false to go on without them"
+        )

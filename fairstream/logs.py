@@ -67,20 +67,100 @@ class _RedactSaslExchange(logging.Filter):
         return True
 
 
+class _DemoteBootstrapFailure(logging.Filter):
+    """aiokafka's error for each bootstrap server it cannot reach becomes a debug line.
+
+    When no server answers, fairstream fails the start with one error line that says
+    what and what to do (``cannot reach the Kafka cluster ...; check the bootstrap
+    address``); aiokafka's own error line before it would say it twice. Under
+    ``--log-level DEBUG`` it still shows, one line per server tried.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != 'Unable connect to "%s:%s": %s':
+            return True
+        if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
+            return False
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
 # Installed on import, not in configure(): secrets must stay out of logs even for
 # users who configure logging themselves.
 logging.getLogger("aiokafka.conn").addFilter(_RedactSaslExchange())
+logging.getLogger("aiokafka").addFilter(_DemoteBootstrapFailure())
 
 
 def _stderr_logger(*_args: object) -> structlog.PrintLogger:
     return structlog.PrintLogger(sys.stderr)
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler :func:`configure` gives the root logger: one per process.
+
+    It writes to the ``sys.stderr`` of the moment, as ``_stderr_logger`` does, so
+    stdlib lines and structlog events share whatever stderr is (pytest capture, a
+    daemon's redirect).
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+# Libraries that install handlers of their own on their loggers (uvicorn's
+# LOGGING_CONFIG): configure() takes those handlers off so their lines come through
+# the root logger's, rendered like every other line.
+_OWN_HANDLERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+def _route_stdlib(renderer: structlog.typing.Processor, level: int) -> None:
+    """Render every stdlib log record (aiokafka, uvicorn, confluent's librdkafka, a
+    user's ``logging`` calls) with the same processors and renderer as structlog's
+    events, so a JSON stream stays JSON line by line."""
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.contextvars.merge_contextvars,
+            add_record_context,
+            structlog.stdlib.add_logger_name,
+            structlog.stdlib.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+        ],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            # The console renderer draws exc_info itself; JSON needs it as data.
+            *(
+                ()
+                if isinstance(renderer, structlog.dev.ConsoleRenderer)
+                else (structlog.processors.dict_tracebacks,)
+            ),
+            renderer,
+        ],
+    )
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+        root.removeHandler(handler)  # configure() again replaces, never doubles
+    handler = _StderrHandler()
+    handler.setFormatter(formatter)
+    root.addHandler(handler)
+    # Libraries follow the chosen level through the root logger; a level set on
+    # a library's own logger (README, "Logging": quieting aiokafka) stays as set.
+    root.setLevel(level)
+    for name in _OWN_HANDLERS:
+        library = logging.getLogger(name)
+        library.handlers.clear()
+        library.propagate = True
+    logging.captureWarnings(True)  # Python warnings too, as records of "py.warnings"
+
+
 def configure(fmt: LogFormat = "auto", level: int | str = logging.INFO) -> None:
-    """Route fairstream's (and the user's) structlog events to stderr.
+    """Route fairstream's (and the user's) structlog events, and every stdlib
+    logger's lines (aiokafka's, uvicorn's), to stderr in one format.
 
     ``auto`` picks the console renderer in a terminal and JSON lines otherwise, so
     a service under systemd or Kubernetes logs machine-readable lines by default.
+    Stdlib loggers log at ``level`` unless their own level was set (quiet aiokafka
+    with ``logging.getLogger("aiokafka").setLevel(logging.WARNING)``).
     :raises ConfigError: ``level`` is not a logging level name.
 
     :func:`add_record_context` is installed so that the coordinates of the record
@@ -103,14 +183,7 @@ def configure(fmt: LogFormat = "auto", level: int | str = logging.INFO) -> None:
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     else:
         renderer = structlog.processors.JSONRenderer()
-    # aiokafka's own stdlib log lines repeat what fairstream reports as one event
-    # with the fix (an unreachable broker is logged once per retry): show them only
-    # when debugging.
-    logging.getLogger("aiokafka").setLevel(
-        logging.DEBUG if level <= logging.DEBUG else logging.CRITICAL
-    )
-    if level <= logging.DEBUG and not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
+    _route_stdlib(renderer, level)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

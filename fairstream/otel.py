@@ -17,6 +17,8 @@ keep the failed record's own headers, ``traceparent`` included, so a dead-letter
 consumer joins the trace the record was produced in.
 
 The runtime never imports this module: tracing costs nothing unless it is installed.
+Without the extra, importing it raises ``ModuleNotFoundError`` naming
+``pip install 'fairstream[otel]'``.
 """
 
 from __future__ import annotations
@@ -25,10 +27,15 @@ from collections.abc import Iterable
 from contextlib import suppress
 from typing import Any
 
-from opentelemetry import context as otel_context
-from opentelemetry import propagate, trace
-from opentelemetry.propagators.textmap import Getter, TextMapPropagator
-from opentelemetry.trace import Link, SpanKind, Tracer, TracerProvider
+from fairstream._extras import missing_extra
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate, trace
+    from opentelemetry.propagators.textmap import Getter, TextMapPropagator
+    from opentelemetry.trace import Link, SpanKind, Tracer, TracerProvider
+except ImportError as exc:
+    raise missing_extra("otel", "fairstream.otel", exc) from exc
 
 from fairstream import CallNext, Record
 from fairstream.runtime._record import Headers

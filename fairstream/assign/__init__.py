@@ -7,6 +7,7 @@ module (``range``, ``roundrobin``, ``sticky``, ``fair``, ``lag``) has one
 ``plan(snapshot, previous=None)``; :data:`STRATEGIES` maps the names to them.
 """
 
+from fairstream.assign.claims import resolve_owned
 from fairstream.assign.inputs import parse_document, read_document
 from fairstream.assign.model import (
     Assignment,
@@ -35,6 +36,7 @@ __all__ = [
     "plan",
     "read_document",
     "resolve",
+    "resolve_owned",
     "stats",
     "strategy_names",
 ]

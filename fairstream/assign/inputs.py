@@ -23,6 +23,12 @@ __all__ = ["parse_document", "read_document"]
 
 _KEYS = ("members", "partitions", "lag", "previous")
 
+# The planner is built and measured for 100k partitions x 1,000 members (a plan in
+# under 5 s, benchmarks/RESULTS.md); at 1M it still answers in seconds. A document is
+# a few bytes per partition count, so a typo like 100000000 would otherwise plan for
+# minutes without a word: past this it is refused instead.
+_MAX_PARTITIONS = 1_000_000
+
 
 def read_document(text: str) -> tuple[GroupSnapshot, Assignment | None]:
     """Parse JSON text into a snapshot and the optional previous assignment.
@@ -43,8 +49,9 @@ def read_document(text: str) -> tuple[GroupSnapshot, Assignment | None]:
 def parse_document(document: object) -> tuple[GroupSnapshot, Assignment | None]:
     """Check a decoded JSON document and build the planner's input from it.
 
-    :raises PlanError: a key is missing, unknown or of the wrong type, or the
-        values contradict each other (see :class:`GroupSnapshot`).
+    :raises PlanError: a key is missing, unknown or of the wrong type, the values
+        contradict each other (see :class:`GroupSnapshot`), or the topics have more
+        than 1,000,000 partitions in all.
     """
     root = _object(document, "", "the input document")
     for key in root:
@@ -61,6 +68,7 @@ def parse_document(document: object) -> tuple[GroupSnapshot, Assignment | None]:
         topic: _integer(count, f"partitions.{topic}", "a partition count")
         for topic, count in _object(root["partitions"], "partitions", "partitions").items()
     }
+    _check_size(partitions)
     lag = {
         topic: tuple(_numbers(values, f"lag.{topic}", "lag"))
         for topic, values in _object(root.get("lag") or {}, "lag", "lag").items()
@@ -87,6 +95,18 @@ _EXAMPLES = {
     "previous": '"previous": {"c0": {"t1": [0, 1]}} (member -> topic -> partitions)',
     "a member's previous partitions": '{"t1": [0, 1]} (topic -> partitions)',
 }
+
+
+def _check_size(partitions: Mapping[str, int]) -> None:
+    total = sum(max(count, 0) for count in partitions.values())  # < 0: the model refuses
+    if total > _MAX_PARTITIONS:
+        largest = max(partitions, key=lambda topic: partitions[topic])
+        raise PlanError(
+            f"{total:,} partitions in all, more than the planner takes ({_MAX_PARTITIONS:,} "
+            "at most; it is measured at 100,000 partitions x 1,000 members)",
+            where=f"partitions.{largest}",
+            hint="check the partition counts, or plan fewer topics at a time",
+        )
 
 
 def _object(value: object, where: str, what: str) -> Mapping[str, object]:

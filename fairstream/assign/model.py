@@ -57,15 +57,21 @@ class GroupSnapshot:
 
     ``members`` maps member_id to the topics it subscribes to, ``partitions`` a
     topic to its partition count, ``lag`` a topic to one lag per partition (a
-    topic missing from ``lag`` has zero lag everywhere).
+    topic missing from ``lag`` has zero lag everywhere). ``instance_ids`` maps the
+    member_id of each static member (KIP-345) to its ``group.instance.id``: a static
+    member keeps its instance id across restarts, its member id changes, so the
+    assignors that deal by order (``range``, ``roundrobin``) order by the instance id
+    (:meth:`kafka_order`).
 
     :raises PlanError: a member subscribes to a topic missing from ``partitions``,
-        a count or lag is negative, or a lag list has the wrong length.
+        a count or lag is negative, a lag list has the wrong length, or an instance
+        id belongs to no member or to two.
     """
 
     members: Mapping[str, frozenset[str]]
     partitions: Mapping[str, int]
     lag: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    instance_ids: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for topic, count in self.partitions.items():
@@ -86,6 +92,20 @@ class GroupSnapshot:
                 )
         for topic, lags in self.lag.items():
             _check_lags(topic, lags, self.partitions)
+        _check_instance_ids(self.instance_ids, self.members)
+
+    def kafka_order(self, member_ids: Iterable[str]) -> list[str]:
+        """``member_ids`` in the order Kafka's range and round-robin assignors deal to.
+
+        Static members first, by instance id, then the others by member id (Kafka's
+        ``MemberInfo.compareTo``): a static member that restarts with a new member id
+        keeps its place, so it keeps its partitions.
+        """
+        static = self.instance_ids
+        return sorted(
+            member_ids,
+            key=lambda m: (0, static[m], "") if m in static else (1, "", m),
+        )
 
     def lag_of(self, topic: str, partition: int) -> int:
         """The lag of one partition; zero when the snapshot has no lag for its topic."""
@@ -103,6 +123,25 @@ class GroupSnapshot:
     def topic_lags(self, topic: str) -> tuple[int, ...]:
         """One lag per partition of ``topic`` (zeros when unknown)."""
         return self.lag.get(topic) or (0,) * self.partitions[topic]
+
+
+def _check_instance_ids(instance_ids: Mapping[str, str], members: Mapping[str, object]) -> None:
+    seen: dict[str, str] = {}
+    for member_id, instance_id in sorted(instance_ids.items()):
+        where = f"instance_ids.{member_id}"
+        if member_id not in members:
+            raise PlanError(
+                f"instance id {instance_id!r} is given for unknown member {member_id!r}",
+                where=where,
+                hint="give instance ids only for members listed under 'members'",
+            )
+        other = seen.setdefault(instance_id, member_id)
+        if other != member_id:
+            raise PlanError(
+                f"instance id {instance_id!r} belongs to both {other!r} and {member_id!r}",
+                where=where,
+                hint="a group.instance.id names one member at most",
+            )
 
 
 def _check_lags(topic: str, lags: Sequence[int], partitions: Mapping[str, int]) -> None:
@@ -136,6 +175,8 @@ class Assignment:
     Every member of the planned group appears, possibly with no topics. The
     constructor normalises: partitions become sorted tuples, topics with no
     partitions are dropped, so two equal plans compare equal.
+
+    :raises PlanError: a partition is owned by two members (as :meth:`from_json`).
     """
 
     members: Mapping[str, Mapping[str, tuple[int, ...]]]
@@ -149,6 +190,7 @@ class Assignment:
             }
             for member_id, topics in sorted(self.members.items())
         }
+        _check_one_owner(normal)
         object.__setattr__(self, "members", normal)
 
     @classmethod
@@ -173,7 +215,6 @@ class Assignment:
         :raises PlanError: a partition is out of range, on an unknown topic, or
             owned by two members.
         """
-        seen: dict[TopicPartition, str] = {}
         for member_id, topics in sorted(data.items()):
             for topic, partitions in sorted(topics.items()):
                 key = f"{where}.{member_id}.{topic}"
@@ -185,14 +226,7 @@ class Assignment:
                     )
                 for partition in partitions:
                     _check_owned(key, topic, partition, snapshot)
-                    other = seen.setdefault((topic, partition), member_id)
-                    if other != member_id:
-                        raise PlanError(
-                            f"partition {topic}[{partition}] is owned by both {other!r} "
-                            f"and {member_id!r}",
-                            where=key,
-                            hint="give each partition to one member at most",
-                        )
+        _check_one_owner(data, where)
         return cls({m: {t: tuple(ps) for t, ps in ts.items()} for m, ts in data.items()})
 
     def to_json(self) -> dict[str, dict[str, list[int]]]:
@@ -211,6 +245,28 @@ class Assignment:
     def count(self, member_id: str) -> int:
         """How many partitions ``member_id`` holds (0 for an unknown member)."""
         return sum(len(ps) for ps in self.members.get(member_id, {}).values())
+
+
+def _check_one_owner(members: Mapping[str, Mapping[str, Sequence[int]]], where: str = "") -> None:
+    """Raise the one error for a partition two members own, whoever builds the plan."""
+    per_topic: dict[str, list[int]] = {}
+    for topics in members.values():
+        for topic, partitions in topics.items():
+            per_topic.setdefault(topic, []).extend(partitions)
+    if all(len(set(ps)) == len(ps) for ps in per_topic.values()):
+        return  # the common case, at C speed: planners build every plan through here
+    seen: dict[TopicPartition, str] = {}
+    for member_id, topics in sorted(members.items()):
+        for topic, partitions in sorted(topics.items()):
+            for partition in partitions:
+                other = seen.setdefault((topic, partition), member_id)
+                if other != member_id:
+                    raise PlanError(
+                        f"partition {topic}[{partition}] is owned by both {other!r} "
+                        f"and {member_id!r}",
+                        where=".".join(filter(None, (where, member_id, topic))),
+                        hint="give each partition to one member at most",
+                    )
 
 
 def _check_owned(key: str, topic: str, partition: int, snapshot: GroupSnapshot | None) -> None:

@@ -1,9 +1,10 @@
 """``range``: the Java client's ``RangeAssignor``, topic by topic.
 
-For each topic, its subscribers sorted by member_id each get a contiguous run of
-partitions; the first ``partitions % subscribers`` of them get one extra. Every
-topic starts again at the first member, which is why range piles work onto the
-lowest member_ids when a group reads many small topics.
+For each topic, its subscribers in Kafka's order (static members by instance id,
+then the others by member_id: :meth:`GroupSnapshot.kafka_order`) each get a
+contiguous run of partitions; the first ``partitions % subscribers`` of them get
+one extra. Every topic starts again at the first member, which is why range piles
+work onto the first members when a group reads many small topics.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ __all__ = ["plan"]
 def plan(snapshot: GroupSnapshot, previous: Assignment | None = None) -> Assignment:
     """Contiguous runs per topic, as Kafka's RangeAssignor does; ``previous`` is ignored."""
     owners: dict[str, list[str]] = {}
-    for topic, readers in snapshot.subscribers().items():
+    for topic, subscribed in snapshot.subscribers().items():
+        readers = snapshot.kafka_order(subscribed)
         share, extra = divmod(snapshot.partitions[topic], len(readers))
         owners[topic] = [
             member_id

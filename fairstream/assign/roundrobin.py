@@ -1,9 +1,10 @@
 """``roundrobin``: the Java client's ``RoundRobinAssignor``.
 
-Members sorted by member_id form one circle; all subscribed topic-partitions,
-sorted by topic then partition, are dealt around it in a single walk. A member
-not subscribed to a partition's topic is skipped, which is where round-robin
-loses its balance under heterogeneous subscriptions.
+Members in Kafka's order (static members by instance id, then the others by
+member_id: :meth:`GroupSnapshot.kafka_order`) form one circle; all subscribed
+topic-partitions, sorted by topic then partition, are dealt around it in a single
+walk. A member not subscribed to a partition's topic is skipped, which is where
+round-robin loses its balance under heterogeneous subscriptions.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ __all__ = ["plan"]
 
 
 def plan(snapshot: GroupSnapshot, previous: Assignment | None = None) -> Assignment:
-    """One circular walk over sorted members, skipping non-subscribers; ``previous`` is ignored."""
-    circle = sorted(snapshot.members)
+    """One circular walk over the members in order, skipping non-subscribers; ``previous``
+    is ignored."""
+    circle = snapshot.kafka_order(snapshot.members)
     owners: dict[str, list[str]] = {}
     position = 0
     for topic in snapshot.subscribers():

@@ -48,11 +48,14 @@ ClientsFactory = Callable[["App", list[Subscriber]], KafkaClients]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Health:
-    """``alive``: the engine runs; ``ready``: it has joined its group and reaches the broker."""
+    """``alive``: the engine runs; ``ready``: it has joined its group and reaches the broker;
+    ``oldest_in_flight_seconds``: how long the oldest record in hand has been in its
+    handler (0.0: none is), so a handler that never returns shows on ``/health``."""
 
     alive: bool
     ready: bool
     state: str
+    oldest_in_flight_seconds: float = 0.0
 
 
 async def _stop_on_signals(engine: Engine) -> None:
@@ -317,4 +320,5 @@ class App(HandlerRegistry):
             and engine is not None
             and engine.reachable,
             state=state,
+            oldest_in_flight_seconds=engine.oldest_in_flight() if engine else 0.0,
         )

@@ -17,7 +17,11 @@ stale reading makes the leader plan ``fair`` (``lag_snapshot_unusable``, ``reaso
 Each member reports the partitions it owns in its join metadata, so the leader can
 hand the planners a previous assignment whoever led last time, and the progress a
 refused revoke commit left unsaved, which the leader hands to each partition's next
-owner (:mod:`fairstream.runtime._member_data`).
+owner (:mod:`fairstream.runtime._member_data`). It reports the generation it got them
+in too, which the leader writes into every assignment, so a stale claim loses to the
+current owner's (:func:`fairstream.assign.resolve_owned`). The generation and the
+static members' instance ids come from the JoinGroup answer, which aiokafka keeps
+from assignors (:func:`fairstream.runtime._join.report_join` hands them over).
 
 A member may offer several strategies, best first, to join a group of other
 clients' consumers: their protocol names and entries are in
@@ -40,7 +44,14 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 
-from fairstream.assign import STRATEGIES, Assignment, GroupSnapshot, strategy_names
+from fairstream.assign import (
+    STRATEGIES,
+    Assignment,
+    GroupSnapshot,
+    TopicPartition,
+    strategy_names,
+)
+from fairstream.assign.claims import NO_GENERATION
 from fairstream.config import SecurityConfig
 from fairstream.errors import BrokerError, ConfigError
 from fairstream.runtime import _assignor_checks as checks
@@ -49,6 +60,7 @@ from fairstream.runtime._cooperative import hold_back
 from fairstream.runtime._lag_listener import RefreshingListener
 from fairstream.runtime._member_data import (
     Handover,
+    decode_generation,
     decode_handover,
     encode_handover,
     encode_owned,
@@ -89,6 +101,10 @@ class PlanRecord:
     assignment: Assignment
     by_count: frozenset[str] = frozenset()
     """Topics whose lag was unknown, planned by count."""
+    contested: frozenset[TopicPartition] = frozenset()
+    """Partitions claimed by two members of the newest generation claiming them."""
+    generation: int = NO_GENERATION
+    """The generation planned for (-1: unknown, no JoinGroup answer was seen)."""
 
 
 @final
@@ -138,6 +154,8 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self._admin: BrokerAdmin | None = None
         self._reading: LagReading | None = None
         self._owned: dict[str, list[int]] = {}
+        self._generation = NO_GENERATION
+        self._joining: tuple[int, Mapping[str, str]] | None = None
         self._restarts = 0
         self.handover = Handover()
         """Unsaved progress to report at the next join, and what the last assignment handed us."""
@@ -173,7 +191,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         after a refused revoke commit it holds the progress left unsaved.
         """
         owns = self._owned if owned else {}
-        user_data = encode_owned(owns, self._restarts, self.handover.outgoing)
+        user_data = encode_owned(owns, self._restarts, self.handover.outgoing, self._generation)
         return ConsumerProtocolMemberMetadata(self.version, sorted(topics), user_data)
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
@@ -183,6 +201,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
     def assigned(self, protocol: str, assignment: ConsumerProtocolMemberAssignment) -> None:
         """The group gave us ``assignment`` under ``protocol`` (whoever planned it)."""
         self._owned = {topic: sorted(ps) for topic, ps in assignment.assignment if ps}
+        self._generation = decode_generation(assignment.user_data)
         self.handover.outgoing = {}  # the leader has seen it: handed over or dropped
         self.handover.incoming = decode_handover(assignment.user_data)
         self.protocol = protocol
@@ -203,7 +222,13 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         aiokafka 0.14 cannot decode the empty one. Changed metadata makes it rebalance.
         """
         self._owned = {}
+        self._generation = NO_GENERATION
         self._restarts += 1
+
+    def joining(self, generation: int, instance_ids: Mapping[str, str]) -> None:
+        """The JoinGroup answer this leader is about to plan: its generation, and the
+        ``group.instance.id`` of each static member (member_id -> instance id)."""
+        self._joining = (generation, dict(instance_ids))
 
     def assign(
         self, cluster: ClusterMetadata, members: Mapping[str, ConsumerProtocolMemberMetadata]
@@ -243,16 +268,19 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         if reason:
             log.warning("lag_snapshot_unusable", reason=reason, fallback=_FALLBACK)
             strategy = _FALLBACK
+        generation, instance_ids = self._joining or (NO_GENERATION, {})
+        self._joining = None
         snapshot = GroupSnapshot(
             members={m: topics & counts.keys() for m, topics in subscriptions.items()},
             partitions=counts,
             lag=lag,
+            instance_ids={m: i for m, i in instance_ids.items() if m in members},
         )
         reports = read_reports(members)
-        previous = reported_owners(reports, counts)
+        previous, contested = reported_owners(reports, counts)
         result = STRATEGIES[strategy](snapshot, previous)
         if cooperative:
-            result = hold_back(result, previous)
+            result = hold_back(result, previous, contested)
         protocol = protocol_name(chosen, cooperative)
         self._planned = True
         self.last_plan = PlanRecord(
@@ -262,6 +290,8 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             previous=previous,
             assignment=result,
             by_count=by_count,
+            contested=contested,
+            generation=generation,
         )
         log.info(
             "assignment_planned",
@@ -275,7 +305,7 @@ class PlanningAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             member_id: ConsumerProtocolMemberAssignment(
                 self.version,
                 [(topic, list(ps)) for topic, ps in result.members[member_id].items()],
-                encode_handover(handed.get(member_id, {})),
+                encode_handover(handed.get(member_id, {}), generation),
             )
             for member_id in members
         }

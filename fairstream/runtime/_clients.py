@@ -26,7 +26,7 @@ from fairstream.runtime._cooperative import make_cooperative
 from fairstream.runtime._dead_letter import dead_letter_copies
 from fairstream.runtime._direct_records import build_records_directly
 from fairstream.runtime._drift import watch_drift
-from fairstream.runtime._join import offer_all_at_once
+from fairstream.runtime._join import offer_all_at_once, report_join
 from fairstream.runtime._member_data import Handover
 from fairstream.runtime._membership import watch_membership
 from fairstream.runtime._ports import AppSettings, ConsumerPort, ShadowReader
@@ -202,6 +202,7 @@ class AIOKafkaClients:
         """
         build_records_directly(consumer)
         offer_all_at_once(consumer)
+        report_join(consumer, self._assignor)
         cooperative = self._assignor.cooperative
         if cooperative:
             make_cooperative(consumer, self._assignor, rejoin_after_s=self._rejoin_after_s)

@@ -121,12 +121,17 @@ class Owner(Protocol):
     def consumer_restarted(self) -> None: ...
 
 
-def hold_back(planned: Assignment, owned: Assignment | None) -> Assignment:
-    """The leader's plan for cooperative members: moves between live members wait a round."""
-    waiting = held_back(planned, owned)
+def hold_back(
+    planned: Assignment,
+    owned: Assignment | None,
+    contested: frozenset[tuple[str, int]] = frozenset(),
+) -> Assignment:
+    """The leader's plan for cooperative members: moves between live members, and
+    contested partitions, wait a round."""
+    waiting = held_back(planned, owned, contested)
     if waiting:
         log.info("cooperative_held_back", partitions=sorted(waiting))
-    return hold_back_moves(planned, owned)
+    return hold_back_moves(planned, owned, contested)
 
 
 def unsupported(coordinator: Any) -> str | None:

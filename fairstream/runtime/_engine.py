@@ -15,6 +15,7 @@ two rooms import each other.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import anyio
@@ -35,6 +36,7 @@ from fairstream.runtime._record import TP, Record
 from fairstream.runtime._scheduler import FairScheduler
 from fairstream.runtime._shadow import ShadowTasks
 from fairstream.runtime._stats import AppStats, StatsRecorder
+from fairstream.runtime._stuck import StuckWatch
 from fairstream.runtime._subscriber import Subscriber
 from fairstream.runtime._workers import Workers
 
@@ -106,6 +108,7 @@ class Engine:
         runner = DispatchRunner(
             self._offsets, clients.dead_letter, self.stats_recorder, manual_ack=ack == "manual"
         )
+        self._stuck = StuckWatch(runner.in_hand, warn_after=scheduler.stuck_handler_warning)
         self._workers = Workers(
             scheduler=self._scheduler,
             runner=runner,
@@ -183,6 +186,7 @@ class Engine:
                 tasks.start_soon(self._fetcher.run)
                 tasks.start_soon(self._commit_loop)
                 tasks.start_soon(self._watch.run)
+                tasks.start_soon(self._stuck.run)
                 if isinstance(self._clients, DriftWatcher):
                     tasks.start_soon(self._clients.watch_drift)
                 if self._shadows is not None:
@@ -203,6 +207,10 @@ class Engine:
             self.stopped.set()
         if self._failure is not None:
             raise self._failure
+
+    def oldest_in_flight(self) -> float:
+        """Seconds the oldest record in hand has been there (0.0: none is)."""
+        return self._stuck.oldest(time.monotonic())
 
     @property
     def reachable(self) -> bool:
@@ -308,4 +316,5 @@ class Engine:
             rebalances=recorder.rebalances,
             consumer_rebuilds=self._fetcher.rebuilt,
             handler_latency=recorder.handler_latency(),
+            oldest_in_flight_seconds=self.oldest_in_flight(),
         )

@@ -30,7 +30,12 @@ from fairstream.ranges import OffsetRange
 from fairstream.runtime._decode import DecodeError, passthrough
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._record import TP, Record, with_value
-from fairstream.runtime._retry import call_with_retry, retry_broker, stray_cancellation
+from fairstream.runtime._retry import (
+    call_with_retry,
+    retry_broker,
+    stray_cancellation,
+    warn_while_slow,
+)
 from fairstream.runtime._scheduler import Dispatch, Slice
 from fairstream.runtime._stats import StatsRecorder
 from fairstream.runtime._subscriber import Subscriber
@@ -38,6 +43,11 @@ from fairstream.runtime._subscriber import Subscriber
 __all__ = ["DeadLetterSink", "DispatchRunner"]
 
 log = structlog.get_logger(__name__)
+
+DEAD_LETTER_SLOW = 5.0
+"""Seconds a dead letter may wait for its acknowledgement before ``dead_letter_slow``."""
+DEAD_LETTER_SLOW_REPEAT = 30.0
+"""Seconds between ``dead_letter_slow`` warnings while the same dead letter waits."""
 
 DeadLetterSink = Callable[[Subscriber, Record[bytes], BaseException, int], Awaitable[None]]
 
@@ -57,13 +67,23 @@ class DispatchRunner:
         self._dead_letter = dead_letter
         self._stats = stats
         self._manual_ack = manual_ack
+        self.in_hand: set[RecordSlot] = set()
+        """The slot of each slice, keyed run and batch in hand: added and dropped once
+        per run, never per record; :mod:`~fairstream.runtime._stuck` reads them."""
         self.halted = False
         """Set on shutdown: records not started yet stay unhandled (and uncommitted)."""
 
     async def run(self, subscriber: Subscriber, dispatch: Dispatch[Record[bytes]]) -> None:
         replay = dispatch.replay
         if subscriber.batch:
-            await self._run_batch(subscriber, dispatch, replay)
+            # A batch is in hand as its first record (no log context: it holds several).
+            slot = RecordSlot()
+            slot.record = next((p.records[0] for p in dispatch.slices if p.records), None)
+            self.in_hand.add(slot)
+            try:
+                await self._run_batch(subscriber, dispatch, replay)
+            finally:
+                self.in_hand.discard(slot)
         else:
             for piece in dispatch.slices:
                 if self.halted:
@@ -91,6 +111,7 @@ class DispatchRunner:
         records = chain[:limit]
         slot = RecordSlot()
         token = current_record.set(slot)
+        self.in_hand.add(slot)
         started = time.perf_counter()
         finished = False
         try:
@@ -101,6 +122,7 @@ class DispatchRunner:
             raise _aborted(slot.record, exc) from exc
         finally:
             current_record.reset(token)
+            self.in_hand.discard(slot)
             progress = _progress(records, finished, slot.record)
             done = progress[1] if progress is not None else 0
             if done:
@@ -133,6 +155,7 @@ class DispatchRunner:
     ) -> None:
         slot = RecordSlot()
         token = current_record.set(slot)
+        self.in_hand.add(slot)
         records = piece.records
         started = time.perf_counter()
         finished = False
@@ -144,6 +167,7 @@ class DispatchRunner:
             raise _aborted(slot.record, exc) from exc
         finally:
             current_record.reset(token)
+            self.in_hand.discard(slot)
             progress = _progress(records, finished, slot.record)
             if progress is not None:
                 self._advance(piece.tp, progress[0], replay)
@@ -270,12 +294,24 @@ class DispatchRunner:
                 cause=error,
             ) from error
         if policy == "dead_letter":
-            # Acknowledged before the record counts as done (its offset may be committed).
-            await retry_broker(
-                lambda: self._dead_letter(subscriber, raw, error, attempts),
-                event="dead_letter_retry",
+            # Acknowledged before the record counts as done (its offset may be committed):
+            # however long that takes, with a warning while it does.
+            dead_letter_topic = subscriber.dead_letter.topic_for(raw.topic)
+            with warn_while_slow(
+                "dead_letter_slow",
+                after=DEAD_LETTER_SLOW,
+                every=DEAD_LETTER_SLOW_REPEAT,
                 **where,
-            )
+                dead_letter_topic=dead_letter_topic,
+                reason="the dead letter is not acknowledged yet; retrying, the record "
+                "stays uncommitted until it is",
+            ):
+                await retry_broker(
+                    lambda: self._dead_letter(subscriber, raw, error, attempts),
+                    event="dead_letter_retry",
+                    **where,
+                    dead_letter_topic=dead_letter_topic,
+                )
             self._stats.dead_lettered((raw.topic, raw.partition))
             log.error("record_dead_lettered", **where, attempts=attempts, error=reason)
         else:

@@ -1,4 +1,5 @@
-"""One JoinGroup offering every strategy, where aiokafka would send one per strategy.
+"""What fairstream changes in aiokafka's JoinGroup: one request offering every
+strategy, and the answer's generation and instance ids handed to the leader's planner.
 
 aiokafka 0.14 builds the JoinGroup protocol list inside its loop over
 ``partition_assignment_strategy`` and sends a request on every pass
@@ -14,20 +15,30 @@ the JoinGroup carrying every protocol goes out; a shorter one is answered on the
 spot with "no error", which moves that loop on to its next pass. Where aiokafka
 sends one request with the whole list, every request goes out as before.
 
-It is private API, so it is guarded: a coordinator or request that does not look
-as expected leaves the consumer untouched (a ``join_offer_unpatched`` event), and
-the test above fails loudly when aiokafka changes either way.
+aiokafka's leader decodes the JoinGroup answer in
+``GroupCoordinator._perform_assignment(response)`` and hands the assignor only each
+member's metadata: not the generation being formed, nor the ``group_instance_id``
+JoinGroup v5 reports for each static member (KIP-345). :func:`report_join` wraps that
+method to hand both to the planner first: the leader writes the generation into each
+assignment (members report it back with what they own, Kafka's rule for stale
+claims), and ``range``/``roundrobin`` order static members by instance id.
+
+It is private API, so it is guarded: a coordinator, request or answer that does not
+look as expected leaves the consumer untouched (a ``join_offer_unpatched`` or
+``join_answer_unread`` event), and ``tests/runtime/test_join.py`` and
+``tests/runtime/test_join_answer.py`` fail loudly when aiokafka changes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 import structlog
-from aiokafka.protocol.group import JoinGroupRequest
+from aiokafka.protocol.group import JoinGroupRequest, JoinGroupResponse_v5
 
-__all__ = ["offer_all_at_once"]
+__all__ = ["JoinWatcher", "instance_ids", "offer_all_at_once", "report_join"]
 
 log = structlog.get_logger(__name__)
 
@@ -71,4 +82,60 @@ def offer_all_at_once(consumer: Any) -> bool:
         return await send(request)
 
     coordinator._send_req = send_full_offers
+    return True
+
+
+class JoinWatcher(Protocol):
+    """What :func:`report_join` tells: the planner of ``_assignors.PlanningAssignor``."""
+
+    def joining(self, generation: int, instance_ids: Mapping[str, str]) -> None: ...
+
+
+_MEMBER_FIELDS = ("member_id", "group_instance_id", "member_metadata")
+"""The fields of a JoinGroup v5 answer's members, as aiokafka 0.14 names them."""
+
+
+def _member_fields(response_type: Any) -> tuple[str, ...]:
+    """The field names of a JoinGroup answer type's member entries (``()``: none)."""
+    schema = getattr(response_type, "SCHEMA", None)
+    fields = dict(zip(getattr(schema, "names", ()), getattr(schema, "fields", ()), strict=False))
+    return tuple(getattr(getattr(fields.get("members"), "array_of", None), "names", ()))
+
+
+def instance_ids(response: Any) -> dict[str, str]:
+    """member_id -> ``group.instance.id`` of the static members a JoinGroup answer lists.
+
+    Answers before v5 carry no instance ids: every member counts as dynamic then.
+    """
+    names = _member_fields(type(response))
+    if "group_instance_id" not in names:
+        return {}
+    member, instance = names.index("member_id"), names.index("group_instance_id")
+    return {entry[member]: entry[instance] for entry in response.members if entry[instance]}
+
+
+def report_join(consumer: Any, planner: JoinWatcher) -> bool:
+    """Hand ``planner`` each JoinGroup answer it plans; ``False`` if aiokafka differs.
+
+    Call it after ``start()`` and before ``subscribe()``, like :func:`offer_all_at_once`.
+    """
+    coordinator: Any = getattr(consumer, "_coordinator", None)
+    perform = getattr(coordinator, "_perform_assignment", None)
+    if (
+        not callable(perform)
+        or list(inspect.signature(perform).parameters) != ["response"]
+        or _member_fields(JoinGroupResponse_v5) != _MEMBER_FIELDS
+    ):
+        log.info(
+            "join_answer_unread",
+            reason="aiokafka's group coordinator is not the one this fairstream knows; "
+            "generations and instance ids are not reported",
+        )
+        return False
+
+    async def perform_assignment(response: Any) -> Any:
+        planner.joining(response.generation_id, instance_ids(response))
+        return await perform(response)
+
+    coordinator._perform_assignment = perform_assignment
     return True

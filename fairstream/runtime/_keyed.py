@@ -11,8 +11,9 @@ partition, so they keep partition order among themselves.
 Two bounds hold: at most ``concurrency`` handler calls run at once (a semaphore
 that a chain takes per record, so a key with a long run holds one slot, not
 all), and at most ``room`` records of a partition are admitted and unfinished,
-so a partition whose head is slow stops reading ahead (buffered memory stays
-bounded) while the others go on.
+so a partition whose records do not finish stops reading ahead (buffered memory
+stays bounded) while the others go on. Finished records do not count: a record
+that never finishes holds its key, not a window of its partition.
 
 Chains run in a task group per partition, opened when its first record is
 admitted and kept while the partition is owned (opening one per burst would cost

@@ -6,6 +6,7 @@ import importlib
 import inspect
 import sys
 
+from fairstream._extras import MissingExtraError
 from fairstream.errors import ConfigError
 from fairstream.runtime._app import App
 
@@ -58,6 +59,13 @@ def _not_found(spec: str, module_name: str, exc: ModuleNotFoundError) -> ConfigE
     of its parent packages means a path problem; anything else is a dependency the
     app imports (``redis_sink`` importing ``redis``), which must be named as such.
     """
+    if isinstance(exc, MissingExtraError):  # fairstream.prometheus and the like
+        return ConfigError(
+            "app",
+            spec,
+            f"module {module_name!r} needs the {exc.extra!r} extra ({exc.name} missing)",
+            f"run: pip install 'fairstream[{exc.extra}]'",
+        )
     missing = exc.name
     if missing is None or module_name == missing or module_name.startswith(f"{missing}."):
         return ConfigError(

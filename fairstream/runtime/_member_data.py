@@ -2,7 +2,11 @@
 hands each member back in its assignment's, and how both are read.
 
 A member reports the partitions it owns, as ``{"topic": [partitions]}`` JSON, so any
-leader can hand the planners a previous assignment, whoever led last time.
+leader can hand the planners a previous assignment, whoever led last time, and the
+generation it was given them in, which the leader writes into each assignment (a
+member that missed a rebalance still claims what it owned: the leader keeps the
+newest claim, :func:`fairstream.assign.resolve_owned`). A member of a fairstream
+release before generations reports none: generation -1, as Kafka counts it.
 
 It also reports the progress a refused revoke commit left unsaved (noida refuses a
 commit racing a rebalance; any broker may time one out): per partition, the commit
@@ -29,13 +33,15 @@ from typing import Any
 import structlog
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
-from fairstream.assign import Assignment
+from fairstream.assign import Assignment, resolve_owned
+from fairstream.assign.claims import NO_GENERATION, Claim
 from fairstream.runtime._offsets import Unsaved
 from fairstream.runtime._record import TP
 
 __all__ = [
     "Handover",
     "MemberReport",
+    "decode_generation",
     "decode_handover",
     "encode_handover",
     "encode_owned",
@@ -52,6 +58,11 @@ named "", so every leader's owned-partitions reader skips it, older ones include
 
 _UNSAVED = "#unsaved"
 """User-data key for unsaved progress; no topic name may hold a ``#``."""
+
+_GENERATION = "#generation"
+"""User-data key for the generation of the owned partitions (of an assignment: the
+generation it belongs to), as ``[generation]``: a list of ints under a name no topic
+can have, so a leader from before generations reads it as a partition of no topic."""
 
 _UNSAVED_BYTES = 256 * 1024
 """At most this much commit metadata is reported: every member's join metadata goes to
@@ -70,16 +81,26 @@ class Handover:
 
 @dataclass(frozen=True, slots=True)
 class MemberReport:
-    """One member's user data, read: the partitions it owns, its unsaved progress."""
+    """One member's user data, read: the partitions it owns, the generation it got them
+    in, its unsaved progress."""
 
     owned: dict[str, list[int]] = field(default_factory=dict)
     unsaved: Unsaved = field(default_factory=dict)
+    generation: int = NO_GENERATION
 
 
-def encode_owned(owned: Mapping[str, list[int]], restarts: int, unsaved: Unsaved) -> bytes:
-    """The user data: owned partitions, how often the consumer was rebuilt (if ever),
-    and the progress a refused revoke commit left unsaved (if any)."""
+def encode_owned(
+    owned: Mapping[str, list[int]],
+    restarts: int,
+    unsaved: Unsaved,
+    generation: int = NO_GENERATION,
+) -> bytes:
+    """The user data: owned partitions and their generation (if known), how often the
+    consumer was rebuilt (if ever), and the progress a refused revoke commit left
+    unsaved (if any)."""
     data: dict[str, Any] = dict(owned)
+    if generation != NO_GENERATION:
+        data[_GENERATION] = [generation]
     if restarts:
         data[_RESTARTS] = [restarts]
     if unsaved:
@@ -96,23 +117,27 @@ def read_reports(
 
 def reported_owners(
     reports: Mapping[str, MemberReport], counts: Mapping[str, int]
-) -> Assignment | None:
-    """The previous assignment members report; partitions claimed twice are dropped."""
-    claims: dict[TP, list[str]] = {}
-    for member_id, report in sorted(reports.items()):
-        for topic, partitions in report.owned.items():
-            for partition in partitions:
-                if topic in counts and 0 <= partition < counts[topic]:
-                    claims.setdefault((topic, partition), []).append(member_id)
-    owned: dict[str, dict[str, list[int]]] = {}
-    for (topic, partition), claimants in claims.items():
-        if len(claimants) == 1:
-            owned.setdefault(claimants[0], {}).setdefault(topic, []).append(partition)
-    if not owned:
-        return None
-    return Assignment(
-        {m: {t: tuple(ps) for t, ps in topics.items()} for m, topics in owned.items()}
-    )
+) -> tuple[Assignment | None, frozenset[TP]]:
+    """The previous assignment members report (``None``: nobody owns anything), and
+    the partitions claimed by two members of the newest generation that claims them.
+
+    Claims of partitions that do not exist (any more) are left out first.
+    """
+    claims: dict[str, Claim] = {
+        member_id: (
+            report.generation,
+            {
+                topic: [p for p in partitions if 0 <= p < counts[topic]]
+                for topic, partitions in report.owned.items()
+                if topic in counts
+            },
+        )
+        for member_id, report in reports.items()
+    }
+    previous, contested = resolve_owned(claims)
+    if contested:
+        log.warning("owned_partitions_contested", partitions=sorted(contested))
+    return (previous if previous.owner_map() else None), contested
 
 
 def route_unsaved(reports: Mapping[str, MemberReport], plan: Assignment) -> dict[str, Unsaved]:
@@ -137,11 +162,22 @@ def route_unsaved(reports: Mapping[str, MemberReport], plan: Assignment) -> dict
     return routed
 
 
-def encode_handover(unsaved: Unsaved) -> bytes:
-    """An assignment's user data: the unsaved progress handed to its member (if any)."""
-    if not unsaved:
+def encode_handover(unsaved: Unsaved, generation: int = NO_GENERATION) -> bytes:
+    """An assignment's user data: the unsaved progress handed to its member (if any),
+    and the generation the assignment belongs to (if the leader knows it)."""
+    data: dict[str, Any] = {_GENERATION: [generation]} if generation != NO_GENERATION else {}
+    if not unsaved and not data:
         return b""
-    return json.dumps({_UNSAVED: _rows(unsaved)}, separators=(",", ":")).encode()
+    # Always the unsaved list: a member from before generations reads it, and only it.
+    data[_UNSAVED] = _rows(unsaved)
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def decode_generation(user_data: bytes) -> int:
+    """The generation an assignment belongs to; -1 when its leader did not say."""
+    decoded = _json_object(user_data) if user_data else None
+    generation = _generation(decoded.get(_GENERATION, []) if decoded is not None else [])
+    return NO_GENERATION if generation is None else generation
 
 
 def decode_handover(user_data: bytes) -> Unsaved:
@@ -161,16 +197,27 @@ def _read(member_id: str, user_data: bytes) -> MemberReport:
         return MemberReport()
     decoded = _json_object(user_data)
     unsaved = _from_rows(decoded.pop(_UNSAVED, []) if decoded is not None else None)
+    generation = _generation(decoded.pop(_GENERATION, []) if decoded is not None else None)
     if (
         decoded is None
         or unsaved is None
+        or generation is None
         or not all(
             isinstance(ps, list) and all(isinstance(p, int) for p in ps) for ps in decoded.values()
         )
     ):
         log.warning("owned_partitions_unreadable", member_id=member_id, reason="not_our_format")
         return MemberReport()
-    return MemberReport(decoded, unsaved)
+    return MemberReport(decoded, unsaved, generation)
+
+
+def _generation(value: object) -> int | None:
+    """The generation in ``[generation]``; -1 for ``[]`` (none given), ``None`` if malformed."""
+    if value == []:
+        return NO_GENERATION
+    if isinstance(value, list) and len(value) == 1 and type(value[0]) is int:
+        return int(value[0])
+    return None
 
 
 def _json_object(data: bytes) -> dict[str, Any] | None:

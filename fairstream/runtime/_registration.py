@@ -123,8 +123,9 @@ class HandlerRegistry:
         ``middlewares`` wrap each call of this handler inside the app's own
         (``App(middlewares=...)``), the first one outermost (README, "Middlewares").
 
-        :raises ConfigError: for no topics, a topic already subscribed, a sync handler, a
-            handler that does not take exactly one record (list), or an unresolvable hint.
+        :raises ConfigError: for no topics, a topic already subscribed, a dead-letter
+            topic name Kafka does not allow, a sync handler, a handler that does not take
+            exactly one record (list), or an unresolvable hint.
         """
         if not topics:
             raise ConfigError("topics", topics, "a subscriber needs at least one topic")
@@ -136,6 +137,8 @@ class HandlerRegistry:
         settings = self.scheduler_config.overridden(
             max_batch=max_batch, ordering=ordering, concurrency=concurrency
         )
+        policy = dead_letter or self.dead_letter
+        policy.check_topics(topics)
         catch_up = (
             self.parallel_rebalance
             if parallel_rebalance is None
@@ -152,7 +155,7 @@ class HandlerRegistry:
                     decoder=decoder,
                     key_decoder=key_decoder,
                     retry=retry or self.retry,
-                    dead_letter=dead_letter or self.dead_letter,
+                    dead_letter=policy,
                     parallel_rebalance=catch_up,
                     middlewares=(*self.middlewares, *middlewares),
                 )

@@ -4,7 +4,8 @@ must succeed before the engine may move on."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import anyio
@@ -13,7 +14,13 @@ import structlog
 from fairstream.config import RetryPolicy
 from fairstream.errors import BrokerError, HandlerCancelled
 
-__all__ = ["BROKER_BACKOFF", "call_with_retry", "retry_broker", "stray_cancellation"]
+__all__ = [
+    "BROKER_BACKOFF",
+    "call_with_retry",
+    "retry_broker",
+    "stray_cancellation",
+    "warn_while_slow",
+]
 
 T = TypeVar("T")
 
@@ -94,3 +101,30 @@ async def retry_broker(operation: Callable[[], Awaitable[T]], *, event: str, **w
             delay = BROKER_BACKOFF.delay(attempt)
             log.warning(event, **where, attempt=attempt, delay=delay, reason=str(exc))
             await anyio.sleep(delay)
+
+
+@contextmanager
+def warn_while_slow(event: str, *, after: float, every: float, **facts: Any) -> Iterator[None]:
+    """Log ``event`` (a warning with ``facts`` and ``waited_s``) once the block has taken
+    ``after`` seconds, and again every ``every`` seconds while it goes on.
+
+    For waits the engine cannot cut short without losing or repeating work (a dead
+    letter that must be acknowledged before its record counts as done): they go on
+    as long as they take, but never silently. A timer of the event loop, not a task,
+    so the block's own exceptions come out as they are, and a block that ends in
+    time costs one timer set and cancelled.
+    """
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    timers: list[asyncio.TimerHandle] = []
+
+    def warn() -> None:
+        log.warning(event, **facts, waited_s=round(loop.time() - started, 1))
+        timers[0] = loop.call_later(every, warn)
+
+    timers.append(loop.call_later(after, warn))
+    try:
+        yield
+    finally:
+        timers[0].cancel()

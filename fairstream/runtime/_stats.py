@@ -10,17 +10,23 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from fairstream.runtime._record import TP
 
 __all__ = [
     "HANDLER_BUCKETS",
+    "OLDEST_IN_FLIGHT_HELP",
     "TOTALS",
     "AppStats",
     "HandlerLatency",
+    "Histogram",
+    "MetricFamily",
     "PartitionStats",
     "StatsRecorder",
+    "metric_families",
     "prometheus_text",
 ]
 
@@ -76,7 +82,10 @@ class AppStats:
     ``records_skipped`` (``on_error='skip'``), ``records_skipped_by_retention`` (deleted
     by retention before the group read them, found when a partition was assigned),
     ``commits`` and ``commit_failures``, ``rebalances`` (assignments received) and
-    ``consumer_rebuilds``. ``protocol`` is the assignment protocol the group chose at
+    ``consumer_rebuilds``. ``oldest_in_flight_seconds`` is how long the oldest record
+    in hand has been in its handler (0.0 when none is; README, "Embedding in a web
+    service").
+    ``protocol`` is the assignment protocol the group chose at
     the last assignment (``fairstream-lag``, or ``roundrobin`` while members of other
     clients share the group; README, "Migrating an existing group"), ``None`` before
     one and on the in-memory broker.
@@ -98,6 +107,7 @@ class AppStats:
     rebalances: int = 0
     consumer_rebuilds: int = 0
     handler_latency: HandlerLatency = field(default_factory=HandlerLatency)
+    oldest_in_flight_seconds: float = 0.0
 
     @classmethod
     def created(cls, group_id: str) -> AppStats:
@@ -204,41 +214,156 @@ class StatsRecorder:
             self._counters.pop(tp, None)
 
 
+MetricKind = Literal["gauge", "counter", "histogram"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Histogram:
+    """One histogram sample: ``(le, cumulative count)`` per bucket, ``+Inf`` last."""
+
+    buckets: tuple[tuple[str, float], ...]
+    sum: float
+
+    @property
+    def count(self) -> float:
+        return self.buckets[-1][1]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricFamily:
+    """One metric as both expositions serve it: ``name`` (a counter's without
+    ``_total``), kind, help, label names and one sample per label-value tuple."""
+
+    name: str
+    kind: MetricKind
+    help: str
+    labels: tuple[str, ...]
+    samples: tuple[tuple[tuple[str, ...], float | Histogram], ...]
+
+
+_PARTITION_METRICS: tuple[tuple[str, str, MetricKind, str], ...] = (
+    ("lag", "lag", "gauge", "records between the committed watermark and the end offset"),
+    ("queue_depth", "queue_depth", "gauge", "records fetched and waiting for a handler"),
+    ("handled", "handled", "counter", "records handled (including dead-lettered and skipped)"),
+    (
+        "dead_lettered",
+        "dead_lettered",
+        "counter",
+        "records that failed every attempt (dead-lettered or skipped)",
+    ),
+)
+"""Per-partition families: name after ``fairstream_partition_``, PartitionStats
+field, kind, help."""
+
+
+def metric_families(stats: AppStats) -> list[MetricFamily]:
+    """The one list of metrics ``/metrics`` serves, with or without ``prometheus_client``.
+
+    :func:`prometheus_text` renders it by hand and ``fairstream.prometheus`` through
+    ``prometheus_client``; a metric added here reaches both, with the same name,
+    type and labels (tests/runtime/test_metrics_parity.py compares the two).
+    """
+    group = stats.group_id
+    families = [
+        MetricFamily(
+            name=f"fairstream_partition_{name}",
+            kind=kind,
+            help=doc,
+            labels=("group_id", "topic", "partition"),
+            samples=tuple(
+                ((group, p.topic, str(p.partition)), value)
+                for p in stats.partitions
+                if (value := getattr(p, field)) is not None
+            ),
+        )
+        for name, field, kind, doc in _PARTITION_METRICS
+    ]
+    app_wide: list[tuple[str, MetricKind, str, float]] = [
+        (
+            "up",
+            "gauge",
+            "1 when the consumer is running and has joined its group",
+            float(stats.state == "running"),
+        ),
+        (
+            "buffered_records",
+            "gauge",
+            "records fetched and not yet handled",
+            float(stats.buffered_records),
+        ),
+        (
+            "oldest_in_flight_seconds",
+            "gauge",
+            OLDEST_IN_FLIGHT_HELP,
+            stats.oldest_in_flight_seconds,
+        ),
+        *((name, "counter", doc, float(getattr(stats, name))) for name, doc in TOTALS),
+    ]
+    families += [
+        MetricFamily(
+            name=f"fairstream_{name}",
+            kind=kind,
+            help=doc,
+            labels=("group_id",),
+            samples=(((group,), value),),
+        )
+        for name, kind, doc, value in app_wide
+    ]
+    latency = stats.handler_latency
+    buckets = tuple(
+        (repr(bound), float(count))
+        for bound, count in zip(latency.buckets, latency.counts, strict=True)
+    )
+    families.append(
+        MetricFamily(
+            name="fairstream_handler_seconds",
+            kind="histogram",
+            help="handler time per record (a slice's mean; a batch's time shared by its records)",
+            labels=("group_id",),
+            samples=(
+                (
+                    (group,),
+                    Histogram(buckets=(*buckets, ("+Inf", float(latency.count))), sum=latency.sum),
+                ),
+            ),
+        )
+    )
+    return families
+
+
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+def _labels(names: Sequence[str], values: Sequence[str]) -> str:
+    """``{a="1",b="2"}``, sorted by name as ``prometheus_client`` writes them."""
+    pairs = ",".join(f'{n}="{_escape(v)}"' for n, v in sorted(zip(names, values, strict=True)))
+    return f"{{{pairs}}}"
+
+
 def prometheus_text(stats: AppStats) -> str:
-    """The Prometheus text exposition (version 0.0.4) of a stats snapshot."""
-    metrics = (
-        ("lag", "gauge", "records between the committed watermark and the end offset"),
-        ("queue_depth", "gauge", "records fetched and waiting for a handler"),
-        ("handled", "counter", "records handled (including dead-lettered)"),
-        ("dead_lettered", "counter", "records that failed every attempt"),
-        ("handled_per_second", "gauge", "recent handling rate"),
-        ("mean_handler_ms", "gauge", "mean handler time per record"),
-    )
-    group = _escape(stats.group_id)
+    """The Prometheus text exposition (version 0.0.4) of :func:`metric_families`,
+    without ``prometheus_client``."""
     lines: list[str] = []
-    for name, kind, doc in metrics:
-        metric = f"fairstream_partition_{name}" + ("_total" if kind == "counter" else "")
-        lines.append(f"# HELP {metric} {doc}")
-        lines.append(f"# TYPE {metric} {kind}")
-        for p in stats.partitions:
-            value = getattr(p, name)
-            if value is None:
-                continue
-            labels = f'group_id="{group}",topic="{_escape(p.topic)}",partition="{p.partition}"'
-            lines.append(f"{metric}{{{labels}}} {value}")
-    lines.append("# HELP fairstream_up 1 when the consumer is running and has joined its group")
-    lines.append("# TYPE fairstream_up gauge")
-    lines.append(f'fairstream_up{{group_id="{group}"}} {int(stats.state == "running")}')
-    for name, doc in TOTALS:
-        lines.append(f"# HELP fairstream_{name}_total {doc}")
-        lines.append(f"# TYPE fairstream_{name}_total counter")
-        lines.append(f'fairstream_{name}_total{{group_id="{group}"}} {getattr(stats, name)}')
+    for family in metric_families(stats):
+        exposed = family.name + ("_total" if family.kind == "counter" else "")
+        lines.append(f"# HELP {exposed} {family.help}")
+        lines.append(f"# TYPE {exposed} {family.kind}")
+        for values, value in family.samples:
+            if isinstance(value, Histogram):
+                for le, count in value.buckets:
+                    labels = _labels((*family.labels, "le"), (*values, le))
+                    lines.append(f"{family.name}_bucket{labels} {count!r}")
+                labels = _labels(family.labels, values)
+                lines.append(f"{family.name}_count{labels} {value.count!r}")
+                lines.append(f"{family.name}_sum{labels} {value.sum!r}")
+            else:
+                lines.append(f"{exposed}{_labels(family.labels, values)} {float(value)!r}")
     return "\n".join(lines) + "\n"
 
+
+OLDEST_IN_FLIGHT_HELP = "seconds the oldest record in hand has been in its handler (0: none)"
+"""Help of the ``fairstream_oldest_in_flight_seconds`` gauge, for either exposition."""
 
 TOTALS = (
     ("retries", "handler calls repeated after a failure"),

@@ -3,12 +3,11 @@ do not import the package face (``fairstream.spark``) they are loaded from."""
 
 from __future__ import annotations
 
+from fairstream import _extras
+
 __all__ = ["missing_extra"]
 
 
 def missing_extra(exc: ImportError) -> ImportError:
     """The error to raise when pyspark, pyarrow or confluent-kafka cannot be imported."""
-    return ImportError(
-        f"the Spark backfill needs the 'spark' extra ({exc.name or exc} is missing); "
-        "run: pip install 'fairstream[spark]'"
-    )
+    return _extras.missing_extra("spark", "the Spark backfill", exc)

@@ -41,12 +41,16 @@ ARROW_SCHEMA = pa.schema(
         pa.field("partition", pa.int32(), False),
         pa.field("offset", pa.int64(), False),
         pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
         pa.field("key", pa.binary()),
         pa.field("value", pa.binary()),
         pa.field("headers", pa.list_(pa.field("element", _HEADER, False))),
     ]
 )
-""":data:`.source.SCHEMA` in Arrow; Spark rejects batches whose schema differs in any way."""
+"""Every column a reader fills, in Arrow. Spark rejects batches whose schema differs from
+the DataFrame's in any way, so each source selects its own columns from these
+(:data:`.source.SCHEMA` for backfills, :func:`.source.kafka_schema` for Spark's
+options)."""
 
 _READER_GROUP = "fairstream-spark-reader"
 """librdkafka wants a group.id even for assign(); this one never joins or commits."""
@@ -239,6 +243,7 @@ class _Columns:
     def clear(self) -> None:
         self.offsets: list[int] = []
         self.timestamps: list[int | None] = []
+        self.kinds: list[int] = []
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.headers: list[list[tuple[str, bytes | None]] | None] = []
@@ -250,6 +255,7 @@ class _Columns:
         kind, millis = message.timestamp()
         self.offsets.append(offset)
         self.timestamps.append(None if kind == TIMESTAMP_NOT_AVAILABLE else millis * 1000)
+        self.kinds.append(kind - 1)  # Kafka's TimestampType ids: -1 none, 0 create, 1 append
         self.keys.append(message.key())
         self.values.append(message.value())
         # Without deserializers confluent-kafka hands out header lists, not dicts.
@@ -263,6 +269,7 @@ class _Columns:
                 pa.array([self.chunk.partition] * rows, pa.int32()),
                 pa.array(self.offsets, pa.int64()),
                 pa.array(self.timestamps, ARROW_SCHEMA.field("timestamp").type),
+                pa.array(self.kinds, pa.int32()),
                 pa.array(self.keys, pa.binary()),
                 pa.array(self.values, pa.binary()),
                 pa.array(self.headers, ARROW_SCHEMA.field("headers").type),

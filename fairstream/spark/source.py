@@ -7,27 +7,32 @@ chunk's partition reads from its first offset up to (not including) its end, and
 the task yields Arrow record batches. There is no group membership and nothing is
 committed here; the driver commits once the whole job succeeded.
 
->>> spark.read.format("fairstream").option("bootstrap", "kafka:9092").option(
+>>> spark.read.format("fairstream").option("kafka.bootstrap.servers", "kafka:9092").option(
 ...     "tasks", '[[["orders", 0, 0, 1000]], [["orders", 1, 0, 1000]]]').load()  # doctest: +SKIP
 
-Options: ``bootstrap`` (required), ``tasks`` (required, JSON: a list of tasks, each
-a list of ``[topic, partition, start, end]``), ``stall_timeout`` (seconds without
-progress before a range fails, default 30), ``batch_size`` (rows per Arrow batch,
-default 10000), ``kafka.<key>`` for any librdkafka consumer setting (security,
-SASL, fetch sizes), and ``handler`` (set by :func:`handle_chunks`).
+Options: ``kafka.bootstrap.servers`` (required; ``bootstrap`` too), ``tasks``
+(required, JSON: a list of tasks, each a list of ``[topic, partition, start, end]``),
+``stall_timeout`` (seconds without progress before a range fails, default 30),
+``batch_size`` (rows per Arrow batch, default 10000), ``kafka.<key>`` for any
+librdkafka consumer setting (security, SASL, fetch sizes), and ``handler`` (set by
+:func:`handle_chunks`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from fairstream.errors import ConfigError
 from fairstream.spark._extra import missing_extra
 from fairstream.spark.handlers import Handler, decode_handler, encode_handler, handle_batches
 from fairstream.spark.planning import Chunk
 from fairstream.spark.reading import ReadSettings, read_task
+from fairstream.spark.streamoptions import BatchOptions, StreamOptions, positive_number
+
+if TYPE_CHECKING:
+    from fairstream.spark.sink import SinkOptions
 
 try:
     import pyarrow as pa
@@ -36,6 +41,8 @@ try:
         DataSource,
         DataSourceReader,
         DataSourceStreamReader,
+        DataSourceStreamWriter,
+        DataSourceWriter,
         InputPartition,
     )
     from pyspark.sql.types import (
@@ -56,31 +63,47 @@ __all__ = [
     "SCHEMA",
     "FairstreamDataSource",
     "handle_chunks",
+    "kafka_schema",
     "read_chunks",
+    "select",
     "settings_from_options",
 ]
 
-SCHEMA = StructType(
-    [
+_HEADERS = StructField(
+    "headers",
+    ArrayType(
+        StructType([StructField("key", StringType(), False), StructField("value", BinaryType())]),
+        containsNull=False,
+    ),
+    True,
+)
+_FIELDS = {
+    field.name: field
+    for field in (
+        StructField("key", BinaryType(), True),
+        StructField("value", BinaryType(), True),
         StructField("topic", StringType(), False),
         StructField("partition", IntegerType(), False),
         StructField("offset", LongType(), False),
         StructField("timestamp", TimestampType(), True),
-        StructField("key", BinaryType(), True),
-        StructField("value", BinaryType(), True),
-        StructField(
-            "headers",
-            ArrayType(
-                StructType(
-                    [StructField("key", StringType(), False), StructField("value", BinaryType())]
-                ),
-                containsNull=False,
-            ),
-            True,
-        ),
-    ]
+        StructField("timestampType", IntegerType(), True),
+        _HEADERS,
+    )
+}
+
+SCHEMA = StructType(
+    [_FIELDS[name] for name in ("topic", "partition", "offset", "timestamp", "key", "value")]
+    + [_HEADERS]
 )
-"""The DataFrame's columns: Spark's own Kafka source has the same names and types."""
+"""A backfill's columns (the ``tasks`` form, and its Parquet files), as documented."""
+
+
+def kafka_schema(include_headers: bool) -> StructType:
+    """The columns of Spark's own Kafka source, in its order; ``headers`` only when
+    asked for (its ``includeHeaders`` option)."""
+    names = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    return StructType([_FIELDS[name] for name in names] + ([_HEADERS] if include_headers else []))
+
 
 COUNT_SCHEMA = StructType([StructField("records", LongType(), False)])
 """The DataFrame of :func:`handle_chunks`: records handled per batch."""
@@ -99,11 +122,16 @@ class TaskPartition(InputPartition):
 
 class _Reader(DataSourceReader):
     def __init__(
-        self, settings: ReadSettings, tasks: Sequence[Sequence[Chunk]], handler: str | None
+        self,
+        settings: ReadSettings,
+        tasks: Sequence[Sequence[Chunk]],
+        handler: str | None,
+        schema: StructType,
     ) -> None:
         self.settings = settings
         self.tasks = tasks
         self.handler = handler
+        self.schema = schema
 
     def partitions(self) -> list[TaskPartition]:
         return [TaskPartition(i, chunks) for i, chunks in enumerate(self.tasks)]
@@ -111,7 +139,7 @@ class _Reader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         batches = read_task(self.settings, cast(TaskPartition, partition).chunks)
         if self.handler is None:
-            return batches
+            return select(batches, self.schema)
         return handle_batches(decode_handler(self.handler))(batches)
 
 
@@ -128,51 +156,89 @@ class FairstreamDataSource(DataSource):
         return "fairstream"
 
     def schema(self) -> StructType:
-        return COUNT_SCHEMA if "handler" in self.options else SCHEMA
+        """Handled counts with a ``handler``; a backfill's columns for its ``tasks``;
+        else, for Spark's options, Spark's Kafka source columns."""
+        if "handler" in self.options:
+            return COUNT_SCHEMA
+        if "tasks" in self.options:
+            return SCHEMA
+        return kafka_schema(str(self.options.get("includeHeaders", "")).lower() == "true")
 
     def reader(self, schema: StructType) -> _Reader:
         options: Mapping[str, str] = self.options
+        if "tasks" not in options:  # Spark's options: plan the read here, on the driver
+            from fairstream.spark.batchread import plan_read
+
+            batch = BatchOptions.parse(options)
+            return _Reader(batch.read, plan_read(batch), None, schema)
         return _Reader(
             settings_from_options(options),
             _tasks_from_json(options.get("tasks")),
             options.get("handler"),
+            schema,
         )
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """``df.write.format("fairstream").mode("append")``: see :mod:`.sink`."""
+        from fairstream.spark.sink import KafkaWriter
+
+        return KafkaWriter(_sink_options(self.options, schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """``df.writeStream.format("fairstream")``: see :mod:`.sink`."""
+        from fairstream.spark.sink import KafkaStreamWriter
+
+        return KafkaStreamWriter(_sink_options(self.options, schema, overwrite))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """``spark.readStream.format("fairstream")``: see :mod:`fairstream.spark.stream`."""
-        from fairstream.spark.stream import StreamOptions, StreamReader  # needs this module
+        from fairstream.spark.stream import RefusedReader, StreamReader  # needs this module
 
-        return StreamReader(StreamOptions.parse(self.options))
+        try:
+            return StreamReader(StreamOptions.parse(self.options))
+        except ConfigError as error:
+            return RefusedReader(error)
+
+
+def _sink_options(options: Mapping[str, str], schema: StructType, overwrite: bool) -> SinkOptions:
+    from fairstream.spark.sink import SinkOptions
+
+    if overwrite:
+        raise ConfigError(
+            "mode", "overwrite", "a Kafka topic is append-only", "use .mode('append')"
+        )
+    parsed = SinkOptions.parse(options)
+    parsed.check(schema)
+    return parsed
+
+
+def select(batches: Iterator[pa.RecordBatch], schema: StructType) -> Iterator[pa.RecordBatch]:
+    """The readers' batches with the columns of ``schema``, in its order (no copy)."""
+    names = schema.fieldNames()
+    return (batch.select(names) for batch in batches)
 
 
 def settings_from_options(options: Mapping[str, str]) -> ReadSettings:
-    bootstrap = options.get("bootstrap")
+    """The executors' read settings from the batch source's options."""
+    bootstrap = options.get("bootstrap") or options.get("kafka.bootstrap.servers")
     if not bootstrap:
         raise ConfigError(
-            "bootstrap",
-            bootstrap,
+            "kafka.bootstrap.servers",
+            None,
             "the fairstream source needs brokers",
-            "e.g. .option('bootstrap', 'host:9092')",
+            "e.g. .option('kafka.bootstrap.servers', 'host:9092')",
         )
-    stall_timeout = _number(options, "stall_timeout", 30.0)
-    batch_size = int(_number(options, "batch_size", 10_000))
-    kafka = {k.removeprefix("kafka."): v for k, v in options.items() if k.startswith("kafka.")}
+    kafka = {
+        k.removeprefix("kafka."): v
+        for k, v in options.items()
+        if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
+    }
     return ReadSettings(
-        bootstrap=bootstrap, stall_timeout=stall_timeout, batch_size=batch_size, kafka_config=kafka
+        bootstrap=bootstrap,
+        stall_timeout=positive_number(options, "stall_timeout", 30.0),
+        batch_size=int(positive_number(options, "batch_size", 10_000)),
+        kafka_config=kafka,
     )
-
-
-def _number(options: Mapping[str, str], key: str, default: float) -> float:
-    text = options.get(key)
-    try:
-        value = default if text is None else float(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ConfigError(
-            key, text, "not a positive number", f"e.g. .option({key!r}, '{default:g}')"
-        )
-    return value
 
 
 def _tasks_from_json(text: str | None) -> list[list[Chunk]]:

@@ -8,38 +8,40 @@ committed a batch. The executors read with the batch source's
 :func:`~fairstream.spark.reading.read_task`.
 
 >>> fairstream.spark.register(spark)  # doctest: +SKIP
->>> (spark.readStream.format("fairstream").option("bootstrap", "kafka:9092")
-...  .option("topics", "clicks").option("group_id", "clicks-pipeline")
-...  .option("maxRecordsPerBatch", 50000).load())  # doctest: +SKIP
+>>> (spark.readStream.format("fairstream")
+...  .option("kafka.bootstrap.servers", "kafka:9092").option("subscribe", "clicks")
+...  .option("kafka.group.id", "clicks-pipeline")
+...  .option("maxOffsetsPerTrigger", 50000).load())  # doctest: +SKIP
 
-Options (names are case-insensitive, as all Spark options): ``bootstrap``,
-``topics`` (comma-separated) and ``group_id`` (required); ``startingOffsets``
-(``committed``, the default, falling back to the log start; ``earliest``;
-``latest``; or JSON ``{"topic": {"0": 42}}`` with -2/-1 for earliest/latest);
-``maxRecordsPerBatch``; ``admission`` (``fair`` | ``proportional``);
-``parallelCatchUp``, ``catchUpThreshold``, ``catchUpShare``; ``commitToGroup``
-(default true); ``maxTasks`` (Spark tasks per batch, default 8); the batch
-source's ``stall_timeout``, ``batch_size``, ``handler`` and ``kafka.<key>``.
+Options (names are case-insensitive, as all Spark options) are Spark's Kafka
+source's where it has one (:mod:`.streamoptions`): ``kafka.bootstrap.servers``,
+``subscribe`` (comma-separated) and ``kafka.group.id`` (required: the group this
+source commits to); ``startingOffsets`` (``committed``, the default, falling back to
+the log start; ``earliest``; ``latest``; or JSON ``{"topic": {"0": 42}}`` naming
+every partition, with -2/-1 for earliest/latest); ``maxOffsetsPerTrigger``;
+fairstream's ``admission`` (``fair`` | ``proportional``), ``parallelCatchUp``,
+``catchUpThreshold``, ``catchUpShare``, ``commitToGroup`` (default true) and
+``maxTasks`` (Spark tasks per batch, default 8); the batch source's
+``stall_timeout``, ``batch_size``, ``handler`` and ``kafka.<key>``.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import structlog
 
-from fairstream.errors import ConfigError
+from fairstream.errors import ConfigError, DataLossError
 from fairstream.spark._extra import missing_extra
-from fairstream.spark.cluster import commit, read_states
+from fairstream.spark.cluster import GroupClient
 from fairstream.spark.handlers import decode_handler, handle_batches
+from fairstream.spark.offsetspec import starting_positions
 from fairstream.spark.planning import Chunk, PartitionState
-from fairstream.spark.reading import ReadSettings, read_task
-from fairstream.spark.source import FairstreamDataSource, TaskPartition, settings_from_options
+from fairstream.spark.reading import read_task
+from fairstream.spark.source import FairstreamDataSource, TaskPartition, kafka_schema, select
+from fairstream.spark.streamoptions import StreamOptions
 from fairstream.spark.streamplan import (
-    Admission,
     Position,
     StreamOffset,
     TopicPartition,
@@ -47,6 +49,7 @@ from fairstream.spark.streamplan import (
     batch_ranges,
     group_commits,
     hold_new_reads,
+    losses,
     plan_tasks,
 )
 
@@ -63,17 +66,9 @@ try:
 except ImportError as exc:
     raise missing_extra(exc) from exc
 
-__all__ = ["StreamOptions", "StreamReader", "log_ends", "register"]
+__all__ = ["RefusedReader", "StreamOptions", "StreamReader", "log_ends", "register"]
 
 log = structlog.get_logger(__name__)
-
-_NAMES = (
-    *("bootstrap", "topics", "group_id", "startingOffsets", "maxRecordsPerBatch", "admission"),
-    *("parallelCatchUp", "catchUpThreshold", "catchUpShare", "commitToGroup", "maxTasks"),
-    *("stall_timeout", "batch_size", "handler"),
-)
-_OPTIONS = frozenset(name.lower() for name in [*_NAMES, "path"])
-"""Spark hands options over lower-cased; ``path`` is what ``load(path)`` sets."""
 
 
 def register(spark: SparkSession) -> None:
@@ -82,78 +77,6 @@ def register(spark: SparkSession) -> None:
     Registering again is harmless: the same class replaces itself.
     """
     spark.dataSource.register(FairstreamDataSource)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StreamOptions:
-    """The streaming source's options, checked once on the driver."""
-
-    read: ReadSettings
-    topics: tuple[str, ...]
-    group_id: str
-    starting: str = "committed"
-    max_records: int | None = None
-    admission: Admission = field(default_factory=Admission)
-    commit_to_group: bool = True
-    max_tasks: int = 8
-    handler: str | None = None
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> StreamOptions:
-        """:raises ConfigError: an unknown option or a bad value, naming the option."""
-        for key in options:
-            if key.lower() not in _OPTIONS and not key.lower().startswith("kafka."):
-                raise ConfigError(
-                    key, options[key], "unknown option of the fairstream source", _options_hint()
-                )
-        topics = tuple(t.strip() for t in (options.get("topics") or "").split(",") if t.strip())
-        if not topics:
-            raise ConfigError("topics", options.get("topics"), "no topics", "e.g. 'clicks,views'")
-        group_id = options.get("group_id")
-        if not group_id:
-            raise ConfigError("group_id", group_id, "the source needs a group", "e.g. 'pipeline'")
-        return cls(
-            read=settings_from_options(options),
-            topics=topics,
-            group_id=group_id,
-            starting=options.get("startingOffsets") or "committed",
-            max_records=_optional_int(options, "maxRecordsPerBatch"),
-            admission=Admission(
-                mode=cast(Any, options.get("admission") or "fair"),
-                parallel_catch_up=_flag(options, "parallelCatchUp", False),
-                threshold=_optional_int(options, "catchUpThreshold") or 100_000,
-                share=float(options.get("catchUpShare") or 0.5),
-            ),
-            commit_to_group=_flag(options, "commitToGroup", True),
-            max_tasks=_optional_int(options, "maxTasks") or 8,
-            handler=options.get("handler"),
-        )
-
-
-def _options_hint() -> str:
-    return "known: " + ", ".join(_NAMES) + ", kafka.<key>"
-
-
-def _optional_int(options: Mapping[str, str], key: str) -> int | None:
-    text = options.get(key)
-    if text is None:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ConfigError(key, text, "not a positive integer", f"e.g. .option({key!r}, 10000)")
-    return value
-
-
-def _flag(options: Mapping[str, str], key: str, default: bool) -> bool:
-    text = options.get(key)
-    if text is None:
-        return default
-    if str(text).lower() not in ("true", "false"):
-        raise ConfigError(key, text, "not a boolean", f".option({key!r}, 'true') or 'false'")
-    return str(text).lower() == "true"
 
 
 def log_ends(reported: Mapping[str, Any] | None) -> dict[TopicPartition, int]:
@@ -184,17 +107,29 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._warm: list[Chunk] = []
         """Ranges held back for the next batch; this one starts their readers
         (:func:`hold_new_reads`)."""
+        self._group: GroupClient | None = None
+        """The driver's group client, kept between triggers (never pickled)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_group": None}  # Spark pickles readers for executors
+
+    def _client(self) -> GroupClient:
+        if self._group is None:
+            o = self.options
+            self._group = GroupClient(o.read.bootstrap, o.group_id, o.read.kafka_config)
+        return self._group
 
     def _states(self) -> list[PartitionState]:
-        o = self.options
-        kafka = o.read.kafka_config
-        return read_states(o.read.bootstrap, o.group_id, o.topics, kafka_config=kafka, quiet=True)
+        return self._client().states(self.options.topics, quiet=True)
+
+    def stop(self) -> None:
+        if self._group is not None:
+            self._group.close()
+            self._group = None
 
     def initialOffset(self) -> dict[str, Any]:
         states = self._states()
-        positions = {
-            (s.topic, s.partition): _starting_position(self.options.starting, s) for s in states
-        }
+        positions = starting_positions(self.options.starting, states)
         log.info("stream_started", group_id=self.options.group_id, partitions=len(positions))
         return StreamOffset(self.options.group_id, positions).to_json()
 
@@ -221,11 +156,35 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             else:
                 logs[tp] = (s.log_start, s.log_end)
         rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end = admit(begin.positions, logs, rows, self.options.admission)
-        end, self._warm = hold_new_reads(begin.positions, end, self._read_last)
+        end = admit(self._after_losses(begin, logs), logs, rows, self.options.admission)
+        if rows is not None:  # ReadAllAvailable (Trigger.Once) must read all of it now
+            end, self._warm = hold_new_reads(begin.positions, end, self._read_last)
         if all(begin.positions.get(tp) == pos for tp, pos in end.items()):
             return start  # Spark's "no new data": the same offset back
         return StreamOffset(self.options.group_id, end).to_json()
+
+    def _after_losses(
+        self, begin: StreamOffset, logs: Mapping[TopicPartition, tuple[int, int]]
+    ) -> dict[TopicPartition, Position]:
+        """``begin``'s positions, failing on owed records the logs lost (Spark's
+        ``failOnDataLoss``), or going on without them with a ``records_lost`` warning.
+
+        :raises DataLossError: records were lost and ``failOnDataLoss`` is true.
+        """
+        positions = dict(begin.positions)
+        for loss in losses(positions, logs):
+            if self.options.fail_on_data_loss:
+                raise DataLossError(topic=loss.topic, partition=loss.partition, lost=loss.lost)
+            log.warning(
+                "records_lost",
+                group_id=self.options.group_id,
+                topic=loss.topic,
+                partition=loss.partition,
+                lost=loss.lost,
+            )
+            if loss.restart is not None:
+                positions[loss.topic, loss.partition] = loss.restart
+        return positions
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """The log ends seen by the last :meth:`latestOffset` (``"topic/partition"``
@@ -250,7 +209,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         task = cast(TaskPartition, partition)
         batches = read_task(self.options.read, task.chunks, warm=task.warm)
         if self.options.handler is None:
-            return batches
+            return select(batches, kafka_schema(self.options.include_headers))
         return handle_batches(decode_handler(self.options.handler))(batches)
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -271,12 +230,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         if not self.options.commit_to_group or done == self._committed:
             return
-        o = self.options
         states = self._states() if states is None else states
         committed = {(s.topic, s.partition): (s.committed, s.metadata) for s in states}
-        commits = group_commits(done.positions, committed)
-        kafka = o.read.kafka_config
-        commit(o.read.bootstrap, o.group_id, commits, kafka_config=kafka, job="stream")
+        self._client().commit(group_commits(done.positions, committed), "stream")
         self._committed = done
 
     def _parse(self, offset: Mapping[str, Any]) -> StreamOffset:
@@ -292,22 +248,39 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return parsed
 
 
-def _starting_position(starting: str, state: PartitionState) -> Position:
-    if starting == "committed":
-        if state.committed is None:
-            return Position(state.log_start)
-        return Position(state.committed, tuple(state.shadow))
-    if starting in ("earliest", "latest"):
-        return Position(state.log_start if starting == "earliest" else state.log_end)
-    try:
-        offset = int(json.loads(starting)[state.topic][str(state.partition)])
-    except (ValueError, KeyError, TypeError):
-        offset = -2
-        if not starting.lstrip().startswith("{"):
-            raise ConfigError(
-                "startingOffsets",
-                starting,
-                "expected committed, earliest, latest or JSON",
-                'e.g. {"clicks": {"0": 42, "1": -2}}',
-            ) from None
-    return Position({-2: state.log_start, -1: state.log_end}.get(offset, offset))
+class RefusedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The reader for options the source refuses: it raises their error when called.
+
+    PySpark's streaming-source runner stops its reader in a ``finally`` whether or not
+    it was made, so an error raised while making one reaches the user as
+    ``UnboundLocalError: cannot access local variable 'reader'``, the real one lost in
+    the chain. Made without error, this reader lets Spark's first call report the
+    :class:`ConfigError` itself.
+    """
+
+    def __init__(self, error: ConfigError) -> None:
+        self.error = error
+
+    def _refuse(self) -> NoReturn:
+        raise self.error
+
+    def initialOffset(self) -> dict[str, Any]:
+        self._refuse()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._refuse()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        self._refuse()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._refuse()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        self._refuse()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        self._refuse()
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._refuse()

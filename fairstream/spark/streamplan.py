@@ -37,6 +37,7 @@ from fairstream.spark.planning import Chunk, PartitionCommit, place_chunks, spli
 
 __all__ = [
     "Admission",
+    "Loss",
     "Position",
     "StreamOffset",
     "TopicPartition",
@@ -45,6 +46,7 @@ __all__ = [
     "group_commits",
     "hold_new_reads",
     "lag_by_topic",
+    "losses",
     "plan_tasks",
     "proportional_split",
     "water_fill",
@@ -101,7 +103,9 @@ class StreamOffset:
             positions = {
                 (topic, int(partition)): Position(
                     int(pos["next"]),
-                    tuple(merge_ranges(OffsetRange(int(s), int(e)) for s, e in pos["catchup"])),
+                    tuple(merge_ranges(OffsetRange(int(s), int(e)) for s, e in pos["catchup"]))
+                    if pos["catchup"]
+                    else (),
                 )
                 for topic, partitions in data["topics"].items()
                 for partition, pos in partitions.items()
@@ -175,6 +179,43 @@ def _split(
     mode: Mode, demands: Mapping[TopicPartition, int], budget: int
 ) -> dict[TopicPartition, int]:
     return water_fill(demands, budget) if mode == "fair" else proportional_split(demands, budget)
+
+
+@dataclass(frozen=True, slots=True)
+class Loss:
+    """Offsets a partition's position still owed that its log no longer has."""
+
+    topic: str
+    partition: int
+    lost: str
+    """What went, in words: the offsets and why."""
+    restart: Position | None
+    """Where to go on from when losses are accepted (``None``: the log start clips it)."""
+
+
+def losses(
+    start: Mapping[TopicPartition, Position], logs: Mapping[TopicPartition, tuple[int, int]]
+) -> list[Loss]:
+    """What each partition owes that its log lost: offsets below the log start that
+    retention deleted, or a position past the log end (the topic was deleted and created
+    again, or its log truncated: its offsets went back), as Spark's source detects them."""
+    found = []
+    for tp, pos in sorted(start.items()):
+        if tp not in logs:
+            continue
+        log_start, log_end = logs[tp]
+        if pos.next > log_end:
+            lost = f"the log ends at {log_end} but the query read up to {pos.next}"
+            found.append(Loss(*tp, f"{lost} (the topic was recreated?)", Position(log_start)))
+            continue
+        if pos.next >= log_start and all(r.start >= log_start for r in pos.catchup):
+            continue  # owes nothing below the log start (the usual case, checked cheaply)
+        gone = _difference(pos.owed(), [OffsetRange(log_start, _TAIL)])
+        if gone:
+            spans = ", ".join(f"{r.start}-{r.end - 1}" for r in gone)
+            lost = f"offsets {spans} were deleted before they were read (log start {log_start})"
+            found.append(Loss(*tp, lost, None))
+    return found
 
 
 def _clip(position: Position, log_start: int) -> Position:
@@ -259,11 +300,21 @@ def batch_ranges(
     """
     chunks = []
     for (topic, partition), after in sorted(end.items()):
+        log_start = (log_starts or {}).get((topic, partition), 0)
         before = start.get((topic, partition), after)
-        deleted = OffsetRange(0, (log_starts or {}).get((topic, partition), 0))
-        for r in _difference(before.owed(), [*after.owed(), deleted]):
+        for r in _read(before, after, log_start):
             chunks.append(Chunk(topic=topic, partition=partition, start=r.start, end=r.end))
     return chunks
+
+
+def _read(before: Position, after: Position, log_start: int) -> list[OffsetRange]:
+    """What one partition's batch reads from ``before`` to ``after``."""
+    if after.next < before.next:  # its log went back (recreated): read the new one
+        before = Position(log_start)
+    if not before.catchup and not after.catchup:  # live only: one range (the usual case)
+        first = max(before.next, log_start)
+        return [OffsetRange(first, after.next)] if after.next > first else []
+    return _difference(before.owed(), [*after.owed(), OffsetRange(0, log_start)])
 
 
 def hold_new_reads(
@@ -296,11 +347,13 @@ def hold_new_reads(
     for tp, after in sorted(end.items()):
         if tp not in start:
             continue
-        chunks = batch_ranges({tp: start[tp]}, {tp: after})
-        if tp not in recent and sum(len(c) for c in chunks) > TASK_RECORDS:
+        ranges = _read(start[tp], after, 0)
+        if tp not in recent and sum(len(r) for r in ranges) > TASK_RECORDS:
             held[tp] = start[tp]
-            warm.append(chunks[0])  # its reader serves what follows
-        elif chunks:
+            topic, partition = tp
+            first = ranges[0]  # its reader serves what follows
+            warm.append(Chunk(topic=topic, partition=partition, start=first.start, end=first.end))
+        elif ranges:
             others = True
     if not held or len(held) > HOLD_LIMIT or not others:
         return dict(end), []

@@ -13,18 +13,27 @@ on the real brokers alike, which is what earns it trust.
 ...     await broker.publish("orders", b'{"amount": 3}')
 ...     await broker.drain(app)                     # every record handled
 >>> broker.records("orders.dlq")                    # what was dead-lettered
+
+An app built at module level runs on it for the length of a block, its own clients
+restored afterwards (FastStream's ``TestKafkaBroker(broker)`` habit):
+
+>>> async with MemoryBroker().run(app) as broker:   # doctest: +SKIP
+...     await broker.publish("orders", b'{"amount": 3}', key=b"customer-7")
+...     await broker.drain(app)
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, final
 
 import anyio
 from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka.partitioner import murmur2
 from aiokafka.structs import ConsumerRecord
 
 from fairstream.assign import GroupSnapshot, plan
@@ -37,9 +46,20 @@ from fairstream.runtime._subscriber import Subscriber
 if TYPE_CHECKING:
     from fairstream.runtime._app import App
 
-__all__ = ["MemoryBroker"]
+__all__ = ["MemoryBroker", "partition_for"]
 
 _FETCH_LIMIT = 500  # records per partition per poll, like a bounded fetch
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner picks for ``key`` among ``partitions``.
+
+    The Java client's ``Utils.toPositive(Utils.murmur2(key)) % numPartitions``, which
+    aiokafka's ``DefaultPartitioner`` (the app's producer) repeats with the same
+    murmur2: a key lands where it would on Kafka, so a key-order test means the same.
+    """
+    hashed: int = murmur2(key)
+    return (hashed & 0x7FFFFFFF) % partitions
 
 
 @dataclass(slots=True)
@@ -83,12 +103,18 @@ class MemoryBroker:
         headers: Headers = (),
         partition: int | None = None,
     ) -> int:
-        """Append a record and return its offset (round-robin partition if none given)."""
+        """Append a record and return its offset.
+
+        Without ``partition``, a keyed record goes where Kafka's default partitioner
+        puts it (:func:`partition_for`), a record without a key round-robin.
+        """
         log = self._topics.get(topic)
         if log is None:
             raise ConfigError("topic", topic, "does not exist", "call create_topic first")
         if partition is None:
-            partition = next(self._round_robin) % len(log)
+            partition = (
+                next(self._round_robin) % len(log) if key is None else partition_for(key, len(log))
+            )
         records = log[partition]
         offset = len(records)
         records.append(
@@ -163,6 +189,29 @@ class MemoryBroker:
     def clients(self, app: App, subscribers: Sequence[Subscriber]) -> KafkaClients:
         """Pass as ``App(clients=broker.clients)`` to run the app on this broker."""
         return _MemoryClients(self, app.group_id, app.consumer_config.auto_offset_reset)
+
+    @asynccontextmanager
+    async def run(self, app: App, *, partitions: int = 1) -> AsyncIterator[MemoryBroker]:
+        """Run ``app`` on this broker for the block; its own clients come back after it.
+
+        For an app built at module level with the real clients: no factory, no rebuild.
+        Subscribed topics that do not exist yet are created with ``partitions`` each
+        (create a topic first to choose its count). The app starts and joins as under
+        ``async with app`` and stops, committing, when the block ends.
+
+        :raises ConfigError: ``partitions`` is not positive.
+        """
+        for subscriber in app._subscribers:
+            for topic in subscriber.topics:
+                self.create_topic(topic, partitions)
+        # The factory is read when the app starts (App._new_engine), so swapping it
+        # for the block is all it takes; restored even if the block or the app fails.
+        own, app._clients_factory = app._clients_factory, self.clients
+        try:
+            async with app:
+                yield self
+        finally:
+            app._clients_factory = own
 
     async def drain(self, app: App) -> None:
         """Wait until ``app`` has handled every record published to its partitions.

@@ -14,6 +14,8 @@ them (``RangeAssignor`` and ``RoundRobinAssignor`` javadoc), not from our output
   dealt around one circle of all members sorted by member id; a member not
   subscribed to the partition's topic is skipped. The circle does not restart per
   topic.
+- both: a static member (KIP-345) sorts by its ``group.instance.id``, before every
+  dynamic member (``MemberInfo.compareTo``), so a restart keeps its partitions.
 
 ``tests/runtime/test_assignors.py`` also checks both against aiokafka's own
 assignors on generated groups.
@@ -124,3 +126,42 @@ def test_the_order_members_and_topics_arrive_in_changes_nothing(
         partitions=dict(reversed(list(group.partitions.items()))),
     )
     assert plan(strategy, reversed_group).to_json() == expected
+
+
+@pytest.mark.parametrize("strategy", ["range", "roundrobin"])
+def test_a_static_member_keeps_its_partitions_across_a_restart(strategy: str) -> None:
+    """KIP-345: a restart gives ``instance1`` a new member id, sorting after ``m-b``'s;
+    Kafka orders static members by instance id, so its partitions stay put."""
+    both = {"t": 4}
+    before = GroupSnapshot(
+        members={"m-a": frozenset({"t"}), "m-b": frozenset({"t"})},
+        partitions=both,
+        instance_ids={"m-a": "instance1", "m-b": "instance2"},
+    )
+    after = GroupSnapshot(
+        members={"m-z": frozenset({"t"}), "m-b": frozenset({"t"})},
+        partitions=both,
+        instance_ids={"m-z": "instance1", "m-b": "instance2"},
+    )
+    first, second = plan(strategy, before), plan(strategy, after)
+    assert second.members["m-z"] == first.members["m-a"]
+    assert second.members["m-b"] == first.members["m-b"]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected"),
+    [
+        pytest.param("range", {"s2": {"t": [0]}, "s1": {"t": [1]}, "a": {"t": [2]}}, id="range"),
+        pytest.param("roundrobin", {"s2": {"t": [0]}, "s1": {"t": [1]}, "a": {"t": [2]}}, id="rr"),
+    ],
+)
+def test_static_members_come_first_by_instance_id_then_the_others_by_member_id(
+    strategy: str, expected: Expected
+) -> None:
+    # Kafka's MemberInfo.compareTo: "a" sorts first by member id, but it is dynamic.
+    group = GroupSnapshot(
+        members={m: frozenset({"t"}) for m in ("a", "s1", "s2")},
+        partitions={"t": 3},
+        instance_ids={"s1": "zeta", "s2": "alpha"},
+    )
+    assert plan(strategy, group).to_json() == expected

@@ -118,3 +118,30 @@ def test_previous_is_checked_against_the_snapshot(
 def test_previous_may_name_members_that_left() -> None:
     plan = Assignment.from_json({"gone": {"orders": [1]}}, snapshot())
     assert plan.owner_map() == {("orders", 1): "gone"}
+
+
+def test_a_plan_built_directly_rejects_a_partition_owned_twice_as_from_json_does() -> None:
+    twice = {"c0": {"orders": (0,)}, "c1": {"orders": (0, 1)}}
+    with pytest.raises(PlanError) as built:
+        Assignment(twice)
+    with pytest.raises(PlanError) as read:
+        Assignment.from_json(twice)
+    assert (built.value.problem, built.value.hint) == (read.value.problem, read.value.hint)
+    assert built.value.problem == "partition orders[0] is owned by both 'c0' and 'c1'"
+    assert (built.value.where, read.value.where) == ("c1.orders", "previous.c1.orders")
+
+
+@pytest.mark.parametrize(
+    ("instance_ids", "where", "words"),
+    [
+        pytest.param({"gone": "i1"}, "instance_ids.gone", "unknown member", id="unknown"),
+        pytest.param({"c0": "i1", "c1": "i1"}, "instance_ids.c1", "both 'c0' and 'c1'", id="twice"),
+    ],
+)
+def test_instance_ids_name_members_one_each(
+    instance_ids: dict[str, str], where: str, words: str
+) -> None:
+    with pytest.raises(PlanError) as caught:
+        snapshot(instance_ids=instance_ids)
+    assert caught.value.where == where
+    assert words in str(caught.value)

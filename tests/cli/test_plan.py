@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fairstream.assign import parse_document
 from fairstream.cli import main
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "plan_whatif.json"
@@ -157,6 +158,25 @@ def test_table_shows_members_counts_lags_and_figures(
             id="not-an-object",
         ),
         pytest.param(
+            ["--strategy", "fair"],
+            json.dumps({**KAFKA5337, "partitions": {"t0": 100_000_000}}),
+            "100,000,000 partitions in all, more than the planner takes (1,000,000 at most; "
+            "it is measured at 100,000 partitions x 1,000 members) (input key partitions.t0)",
+            id="a-topic-too-large-to-plan",
+        ),
+        pytest.param(
+            ["--strategy", "lag"],
+            json.dumps(
+                {
+                    "members": {"C0": ["a", "b", "c"]},
+                    "partitions": {"a": 400_000, "b": 500_000, "c": 400_000},
+                }
+            ),
+            "1,300,000 partitions in all, more than the planner takes (1,000,000 at most; "
+            "it is measured at 100,000 partitions x 1,000 members) (input key partitions.b)",
+            id="topics-too-large-to-plan-together",
+        ),
+        pytest.param(
             ["--strategy", "fair", "--input", "/nonexistent/plan.json"],
             "",
             "cannot read the file",
@@ -241,3 +261,9 @@ def test_min_improvement_is_checked(
     status, _, err = run(monkeypatch, capsys, args, json.dumps(NEAR_BEST))
     assert status == 2
     assert message in err
+
+
+def test_the_largest_group_it_plans_is_accepted() -> None:
+    document = {"members": {"C0": ["a", "b"]}, "partitions": {"a": 999_999, "b": 1}}
+    snapshot, _ = parse_document(document)
+    assert sum(snapshot.partitions.values()) == 1_000_000

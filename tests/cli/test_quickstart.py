@@ -1,6 +1,7 @@
 """The README's "Your first app", run exactly as written: the file and the shell commands.
 
-Both are read from the README at test time (the fenced blocks after the
+(tests/cli/test_extras.py runs them again, and the install line, on a built wheel in a
+fresh venv.) They are read from the README at test time (the fenced blocks after the
 ``<!-- quickstart-test: ... -->`` markers), so the test and the text cannot drift.
 The commands start a broker on the fixed port 9092; the test runs them in a network
 namespace of their own (``unshare -rn``) where nothing else can hold that port, or
@@ -31,9 +32,10 @@ MARKED_BLOCK = re.compile(
 pytestmark = pytest.mark.slow
 
 
-def _readme_blocks() -> dict[str, str]:
+def readme_blocks() -> dict[str, str]:
+    """The README's marked blocks: the install line, the app's file and the commands."""
     blocks = {m["what"]: m["body"] for m in MARKED_BLOCK.finditer(README.read_text())}
-    assert blocks.keys() == {"file quickstart.py", "commands"}, "README quick-start markers moved"
+    assert blocks.keys() == {"install", "file quickstart.py", "commands"}, "markers moved"
     return blocks
 
 
@@ -55,21 +57,23 @@ def _events(text: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
-async def test_readme_first_app_handles_the_produced_record(tmp_path: Path) -> None:
-    blocks = _readme_blocks()
-    (tmp_path / "quickstart.py").write_text(blocks["file quickstart.py"])
-    (tmp_path / "commands.sh").write_text("set -e\n" + blocks["commands"])
+async def run_first_app(folder: Path, env: dict[str, str]) -> str:
+    """Run the README's app file and commands in ``folder`` until the record is handled.
+
+    ``env``'s PATH decides which ``fairstream`` the commands run. Returns what they
+    printed; the broker and the app are stopped before returning.
+    """
+    blocks = readme_blocks()
+    (folder / "quickstart.py").write_text(blocks["file quickstart.py"])
+    (folder / "commands.sh").write_text("set -e\n" + blocks["commands"])
     prefix = _private_network()
     if prefix is None and not _port_free(9092):
         pytest.skip("the README's port 9092 is taken here and unshare -rn is not available")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRSTREAM_")}
-    # The `fairstream` of this interpreter, as a user's shell would find it after pip install.
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    output = tmp_path / "output.txt"
+    output = folder / "output.txt"
     with output.open("w") as sink:
         shell = await anyio.open_process(
             [*(prefix or []), "bash", "commands.sh"],
-            cwd=tmp_path,
+            cwd=folder,
             env=env,
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -83,13 +87,24 @@ async def test_readme_first_app_handles_the_produced_record(tmp_path: Path) -> N
                     await anyio.sleep(0.2)
         finally:
             await _stop_group(shell)
-    text = output.read_text()
+    return output.read_text()
+
+
+def check_first_app(text: str) -> None:
+    """What the README says the first app does: the record handled, where it says."""
     handled = _handled(text)
     assert handled is not None
     assert handled["amount"] == 42
     assert handled["topic"] == "orders" and handled["offset"] == 0
     assert "created topic orders with 3 partitions" in text
     assert "produced 1 record to orders" in text
+
+
+async def test_readme_first_app_handles_the_produced_record(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRSTREAM_")}
+    # The `fairstream` of this interpreter, as a user's shell would find it after pip install.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    check_first_app(await run_first_app(tmp_path, env))
 
 
 def _handled(text: str) -> dict[str, object] | None:

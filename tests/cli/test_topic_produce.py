@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import sys
 import uuid
 
@@ -75,7 +76,7 @@ def test_produce_a_value_with_a_key_and_lines_from_stdin(
     )
     assert (status, out, err) == (0, f"produced 1 record to {topic}\n", "")
 
-    monkeypatch.setattr(sys, "stdin", io.StringIO("one\n\ntwo\r\nthree"))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"one\n\ntwo\r\nthree")))
     status, out, err = _cli(capsys, "produce", topic, "-", "--bootstrap", broker.bootstrap)
     assert (status, out, err) == (0, f"produced 3 records to {topic}\n", "")
 
@@ -87,6 +88,34 @@ def test_produce_a_value_with_a_key_and_lines_from_stdin(
         (b"customer-7", b'{"amount": 42}'),
     ]
     assert sum(r.key is None for r in records) == 3  # type: ignore[attr-defined]
+
+
+@pytest.mark.broker
+async def test_produce_sends_bytes_that_are_not_utf8_unchanged(
+    broker: Broker, make_topic: TopicFactory
+) -> None:
+    # A record is bytes: latin-1 text, a lone continuation byte, NUL and 0xff,
+    # on stdin and in the arguments the shell passes, reach the broker as given.
+    topic = await make_topic(1)
+    lines = [b"caf\xe9", b"\x80\x00\xff\xfe", b"ok"]
+    piped = await anyio.run_process(
+        [sys.executable, "-m", "fairstream", "produce", topic, "-"],
+        input=b"\n".join(lines) + b"\n",
+        env={**os.environ, "FAIRSTREAM_BOOTSTRAP": broker.bootstrap},
+        check=False,
+    )
+    assert (piped.returncode, piped.stderr) == (0, b""), piped.stderr[-3000:]
+    argument = await anyio.run_process(
+        [sys.executable, "-m", "fairstream", "produce", topic, b"v\xe9", "--key", b"k\xff"],
+        env={**os.environ, "FAIRSTREAM_BOOTSTRAP": broker.bootstrap},
+        check=False,
+    )
+    assert (argument.returncode, argument.stderr) == (0, b""), argument.stderr[-3000:]
+    records = await read_all(broker.bootstrap, topic, 1, 4)
+    assert [(r.key, r.value) for r in records] == [  # type: ignore[attr-defined]
+        *((None, line) for line in lines),
+        (b"k\xff", b"v\xe9"),
+    ]
 
 
 @pytest.mark.broker

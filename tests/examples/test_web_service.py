@@ -55,7 +55,12 @@ async def test_health_and_stats_while_consuming(
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
             with anyio.fail_after(60):
                 health = await _get_until(client, "/health", lambda r: r.status_code == 200)
-                assert health.json() == {"alive": True, "ready": True, "state": "running"}
+                assert health.json() == {
+                    "alive": True,
+                    "ready": True,
+                    "state": "running",
+                    "oldest_in_flight_seconds": 0.0,  # nothing produced yet
+                }
                 await produce(
                     broker.bootstrap, topic, [(i % 3, b'{"amount": 2}') for i in range(300)]
                 )

@@ -45,7 +45,8 @@ def test_the_leader_hands_each_entry_to_the_partitions_next_owner() -> None:
         "b": _member({}, {}),
     }
     reports = read_reports(members)
-    assert reported_owners(reports, {"t": 2}) == Assignment({"a": {"t": (0, 1)}})
+    owned = Assignment({"a": {"t": (0, 1)}, "b": {}})
+    assert reported_owners(reports, {"t": 2}) == (owned, frozenset())
 
     plan = Assignment({"a": {"t": (0,)}, "b": {"t": (1,)}})
     routed = route_unsaved(reports, plan)
@@ -72,7 +73,7 @@ def test_user_data_that_is_not_ours_hands_nothing_over() -> None:
         reports = read_reports(members)
         assert decode_handover(b"not json") == {}
     assert route_unsaved(reports, Assignment({"a": {"t": (0,)}})) == {}
-    assert reported_owners(reports, {"t": 1}) is None
+    assert reported_owners(reports, {"t": 1}) == (None, frozenset())
     assert [e["event"] for e in logs] == [
         "owned_partitions_unreadable",
         "owned_partitions_unreadable",

@@ -38,7 +38,7 @@ def main(master: str, bootstrap: str, group_id: str, topic: str, out: str) -> No
         topics=(topic,),
         output=f"{out}/stream",
         checkpoint=f"{out}/ck",
-        options={"maxRecordsPerBatch": "250"},
+        options={"maxOffsetsPerTrigger": "250"},
     )
     print("stream", run_stream(stream, spark=spark))
     # The block managers the driver knows: its own plus one per executor.

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import cast
 
 import pyarrow.parquet as pq
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka import TopicPartition as KafkaPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.datasource import ReadMaxRows
 from pyspark.sql.streaming.query import StreamingQuery
 
 from fairstream.ranges import decode_shadow
 from fairstream.spark import register
+from fairstream.spark.backfill import spark_cause
 from fairstream.spark.cluster import read_states
+from fairstream.spark.listener import GroupCommitter
 from fairstream.spark.planning import Chunk
 from fairstream.spark.source import TaskPartition
 from fairstream.spark.stream import StreamOptions, StreamReader
@@ -43,7 +48,12 @@ def run_available_now(
 
 
 def source_options(broker: Broker, topic: str, group_id: str, **more: str) -> dict[str, str]:
-    return {"bootstrap": broker.bootstrap, "topics": topic, "group_id": group_id, **more}
+    return {
+        "kafka.bootstrap.servers": broker.bootstrap,
+        "subscribe": topic,
+        "kafka.group.id": group_id,
+        **more,
+    }
 
 
 def written(out: Path) -> list[tuple[int, int, bytes | None]]:
@@ -57,7 +67,7 @@ def test_available_now_writes_every_record_once_and_commits_the_group(
     spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path
 ) -> None:
     topic = fill_topic(noida.bootstrap, [2500, 300, 40])
-    options = source_options(noida, topic, group_id, maxRecordsPerBatch="1000")
+    options = source_options(noida, topic, group_id, maxOffsetsPerTrigger="1000")
 
     query = run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
 
@@ -76,7 +86,7 @@ def test_a_large_first_read_waits_one_batch_while_every_task_starts_its_reader(
     spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path
 ) -> None:
     topic = fill_topic(noida.bootstrap, [25_000, 300])
-    options = source_options(noida, topic, group_id, maxRecordsPerBatch="20000")
+    options = source_options(noida, topic, group_id, maxOffsetsPerTrigger="20000")
 
     query = run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
 
@@ -94,7 +104,7 @@ def test_the_held_batch_plans_a_task_per_reader_the_next_batch_needs(
 ) -> None:
     """The driver's side of the hold, without Spark: what each task reads and warms."""
     topic = fill_topic(noida.bootstrap, [25_000, 300])
-    options = source_options(noida, topic, group_id, maxRecordsPerBatch="20000")
+    options = source_options(noida, topic, group_id, maxOffsetsPerTrigger="20000")
     reader = StreamReader(StreamOptions.parse({**options, "startingOffsets": "earliest"}))
     limit = ReadMaxRows(20_000)
     start = reader.initialOffset()
@@ -119,7 +129,7 @@ def test_catch_up_ranges_resume_from_the_checkpoint_and_reach_the_group(
 ) -> None:
     topic = fill_topic(noida.bootstrap, [3000, 100])
     options = {
-        **source_options(noida, topic, group_id, maxRecordsPerBatch="400"),
+        **source_options(noida, topic, group_id, maxOffsetsPerTrigger="400"),
         "parallelCatchUp": "true",
         "catchUpThreshold": "500",
         "catchUpShare": "0.25",
@@ -162,6 +172,8 @@ def test_catch_up_ranges_resume_from_the_checkpoint_and_reach_the_group(
     [
         ("maxRecordPerBatch", "5", "ConfigError: maxrecordperbatch='5': unknown option"),
         ("admission", "fastest", "ConfigError: admission='fastest': unknown admission"),
+        ("catchUpShare", "abc", "ConfigError: catchUpShare='abc': not a number"),
+        ("kafka.auto.offset.reset", "latest", "ConfigError: kafka.auto.offset.reset='latest'"),
     ],
 )
 def test_bad_option_fails_the_query_naming_it(
@@ -173,20 +185,157 @@ def test_bad_option_fails_the_query_naming_it(
     value: str,
     message: str,
 ) -> None:
-    options = {"bootstrap": noida.bootstrap, "topics": "t", "group_id": group_id, option: value}
+    options = source_options(noida, "t", group_id, **{option: value})
     with pytest.raises(Exception) as caught:
         run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
-    assert message in str(caught.value)
+    text = str(caught.value).split("JVM stacktrace:")[0]
+    assert message in text
+    # PySpark's runner stops a reader it never made: that error must not be what is left
+    assert "UnboundLocalError" not in text
+    assert message in spark_cause(cast(Exception, caught.value))  # the line a user is shown
+
+
+@pytest.mark.parametrize("headers", [False, True])
+def test_the_columns_are_spark_kafka_sources(
+    spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path, headers: bool
+) -> None:
+    topic = fill_topic(noida.bootstrap, [3])
+    options = source_options(noida, topic, group_id, includeHeaders=str(headers).lower())
+    run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
+    table = pq.read_table(tmp_path / "out")
+    spark_columns = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    assert table.column_names == spark_columns + (["headers"] if headers else [])
+    row = next(r for r in table.to_pylist() if r["offset"] == 1)
+    assert (row["key"], row["value"], row["topic"], row["partition"]) == (
+        b"k1",
+        record_value(0, 1),
+        topic,
+        0,
+    )
+    assert row["timestampType"] == 0  # CreateTime, as the producer stamped it
+    assert row["timestamp"] is not None
+    if headers:
+        assert row["headers"] == [{"key": "source", "value": b"test"}]
+
+
+def test_trigger_once_reads_everything_available_and_the_listener_commits_it(
+    spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path
+) -> None:
+    counts = [30_000, 100, 100]
+    topic = fill_topic(noida.bootstrap, counts)
+    options = source_options(noida, topic, group_id)
+    register(spark)
+    committer = GroupCommitter(options)
+    spark.streams.addListener(committer)
+    try:
+        query = (
+            spark.readStream.format("fairstream")
+            .options(**options)
+            .load()
+            .writeStream.format("parquet")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(once=True)
+            .start(str(tmp_path / "out"))
+        )
+        query.awaitTermination(120)
+        # ReadAllAvailable: one batch with every record, none held back for a reader's start
+        assert [p["numInputRows"] for p in query.recentProgress] == [sum(counts)]
+        assert len(written(tmp_path / "out")) == sum(counts)
+        # Spark plans no batch after it, so only the listener can commit it to the group
+        deadline = time.monotonic() + 60
+        while [s.committed for s in read_states(noida.bootstrap, group_id, [topic])] != counts:
+            assert time.monotonic() < deadline, "the group never reached the log end"
+            time.sleep(0.2)
+    finally:
+        spark.streams.removeListener(committer)
+
+
+def test_starting_offsets_json_must_name_every_partition(
+    spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path
+) -> None:
+    topic = fill_topic(noida.bootstrap, [5, 5])
+    starting = json.dumps({topic: {"0": 2}})
+    options = source_options(noida, topic, group_id, startingOffsets=starting)
+    with pytest.raises(Exception, match=f"names no offset for {topic}/1"):
+        run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
+    named = json.dumps({topic: {"0": 2, "1": -2}})
+    run_available_now(
+        spark, {**options, "startingOffsets": named}, tmp_path / "out2", tmp_path / "ck2"
+    )
+    assert sorted((p, o) for p, o, _ in written(tmp_path / "out2")) == [
+        *((0, o) for o in range(2, 5)),
+        *((1, o) for o in range(5)),
+    ]
 
 
 def test_a_checkpoint_of_another_query_is_refused(
     spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path
 ) -> None:
     topic = fill_topic(noida.bootstrap, [20])
-    options = {"bootstrap": noida.bootstrap, "topics": topic, "group_id": group_id}
+    options = source_options(noida, topic, group_id)
     checkpoint = tmp_path / "ck"
     run_available_now(spark, options, tmp_path / "out", checkpoint)
-    other = {**options, "group_id": f"{group_id}-other"}
+    other = {**options, "kafka.group.id": f"{group_id}-other"}
     with pytest.raises(Exception, match="the checkpoint belongs to another query"):
         run_available_now(spark, other, tmp_path / "out", checkpoint)
     assert read_states(noida.bootstrap, f"{group_id}-other", [topic])[0].committed is None
+
+
+def produce_more(bootstrap: str, topic: str, offsets: range) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for offset in offsets:
+        producer.produce(topic, partition=0, value=record_value(0, offset))
+    assert producer.flush(30) == 0
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_records_deleted_before_they_were_read_fail_the_query_unless_told(
+    spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path, fail: bool
+) -> None:
+    topic = fill_topic(noida.bootstrap, [20])
+    options = source_options(noida, topic, group_id)
+    run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
+    produce_more(noida.bootstrap, topic, range(20, 100))
+    admin = AdminClient({"bootstrap.servers": noida.bootstrap})
+    for future in admin.delete_records([KafkaPartition(topic, 0, 60)]).values():
+        future.result(timeout=30)
+    if fail:
+        with pytest.raises(Exception) as caught:
+            run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
+        assert spark_cause(cast(Exception, caught.value)) == (
+            f"fairstream.DataLossError: {topic} partition 0: offsets 20-59 were deleted before "
+            "they were read (log start 60); set failOnDataLoss=false to go on without them"
+        )
+        return
+    run_available_now(
+        spark, {**options, "failOnDataLoss": "false"}, tmp_path / "out", tmp_path / "ck"
+    )
+    assert sorted(o for _, o, _ in written(tmp_path / "out")) == [*range(20), *range(60, 100)]
+
+
+def test_a_recreated_topic_is_data_loss_and_read_from_its_start_when_allowed(
+    spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path
+) -> None:
+    topic = fill_topic(noida.bootstrap, [20])
+    options = source_options(noida, topic, group_id)
+    run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
+    admin = AdminClient({"bootstrap.servers": noida.bootstrap})
+    for future in admin.delete_topics([topic]).values():
+        future.result(timeout=30)
+    deadline = time.monotonic() + 30
+    while True:  # the deletion completes in the background
+        try:
+            for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+                future.result(timeout=30)
+            break
+        except KafkaException:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    produce_more(noida.bootstrap, topic, range(5))
+    with pytest.raises(Exception, match="the log ends at 5 but the query read up to 20"):
+        run_available_now(spark, options, tmp_path / "out", tmp_path / "ck")
+    run_available_now(
+        spark, {**options, "failOnDataLoss": "false"}, tmp_path / "out", tmp_path / "ck"
+    )
+    offsets = sorted(o for _, o, _ in written(tmp_path / "out"))
+    assert offsets == sorted([*range(20), *range(5)])  # the new topic's records, all of them

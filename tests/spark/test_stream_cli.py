@@ -63,7 +63,7 @@ def test_run_stream_calls_the_handler_for_every_record(
         topics=(topic,),
         checkpoint=str(tmp_path / "ck"),
         handler=handle,
-        options={"maxRecordsPerBatch": "400"},
+        options={"maxOffsetsPerTrigger": "400"},
         progress=batches.append,
     )
     assert run_stream(job, spark=spark) == 600

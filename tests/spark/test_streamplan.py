@@ -15,6 +15,7 @@ from fairstream.spark.streamplan import (
     batch_ranges,
     group_commits,
     hold_new_reads,
+    losses,
     plan_tasks,
     proportional_split,
     water_fill,
@@ -152,3 +153,23 @@ def test_a_held_catch_up_partition_warms_at_its_first_owed_offset() -> None:
     held, warm = hold_new_reads(start, end, read_last=[A])
     assert held[HOT] == start[HOT]
     assert warm == [Chunk(topic="t", partition=0, start=100, end=15_000)]
+
+
+def test_losses_name_owed_offsets_retention_deleted_and_logs_that_went_back() -> None:
+    start = {
+        HOT: Position(20, (OffsetRange(5, 10),)),
+        A: Position(7),
+        B: Position(30),
+    }
+    logs = {HOT: (15, 40), A: (0, 9), B: (0, 4)}
+    found = {(loss.topic, loss.partition): loss for loss in losses(start, logs)}
+    assert set(found) == {HOT, B}  # A owes nothing its log lost
+    assert found[HOT].lost == "offsets 5-9 were deleted before they were read (log start 15)"
+    assert found[HOT].restart is None  # the log start clips it
+    assert found[B].lost.startswith("the log ends at 4 but the query read up to 30")
+    assert found[B].restart == Position(0)  # read the new log from its start
+
+
+def test_a_log_that_went_back_is_read_again_from_its_start() -> None:
+    start, end = {B: Position(30)}, {B: Position(4)}
+    assert batch_ranges(start, end, {B: 0}) == [Chunk(topic="t", partition=2, start=0, end=4)]

@@ -1,0 +1,282 @@
+"""The streaming source's options, by the names of Spark's own Kafka source.
+
+A data engineer who moves a query from ``format("kafka")`` to ``format("fairstream")``
+keeps the options they know: ``kafka.bootstrap.servers``, ``subscribe``,
+``maxOffsetsPerTrigger``, ``startingOffsets``, ``kafka.<key>``. The consumer group this
+source commits to is ``kafka.group.id`` (Spark reads with a group of its own; here the
+group is the point, so it is required). fairstream's own options (``admission``,
+``parallelCatchUp``, ...) keep their names. The names fairstream used before
+(``bootstrap``, ``topics``, ``group_id``, ``maxRecordsPerBatch``) still work for a
+release and log ``option_renamed``.
+
+Spark refuses some ``kafka.*`` keys because the source manages them; so does this
+one, naming what to use instead. Spark options this source does not implement yet are
+refused by name too, rather than reported as unknown or silently ignored.
+
+Pure: no PySpark import, so the rules are tested without a Spark session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import structlog
+
+from fairstream.errors import ConfigError
+from fairstream.spark.reading import ReadSettings
+from fairstream.spark.streamplan import Admission
+
+__all__ = [
+    "RENAMED",
+    "RESERVED",
+    "BatchOptions",
+    "StreamOptions",
+    "positive_number",
+    "read_settings",
+    "spark_names",
+    "subscribed",
+]
+
+log = structlog.get_logger(__name__)
+
+RENAMED = {
+    "bootstrap": "kafka.bootstrap.servers",
+    "topics": "subscribe",
+    "group_id": "kafka.group.id",
+    "maxRecordsPerBatch": "maxOffsetsPerTrigger",
+}
+"""fairstream's former option names and the Spark names that replace them."""
+
+RESERVED = {
+    "kafka.auto.offset.reset": "set startingOffsets instead",
+    "kafka.enable.auto.commit": "the source commits to the group itself (commitToGroup)",
+    "kafka.key.deserializer": "keys are always binary: cast the key column in Spark",
+    "kafka.value.deserializer": "values are always binary: cast the value column in Spark",
+    "kafka.interceptor.classes": "the readers are librdkafka consumers, which take none",
+}
+"""``kafka.*`` keys Spark's Kafka source refuses, and why this one does too."""
+
+_NOT_YET = (
+    *("subscribePattern", "assign", "startingOffsetsByTimestamp", "startingTimestamp"),
+    *("minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions"),
+    "startingOffsetsByTimestampStrategy",
+)
+"""Spark Kafka source options this source does not implement (yet)."""
+
+_OWN = (
+    *("kafka.bootstrap.servers", "subscribe", "kafka.group.id", "startingOffsets"),
+    *("maxOffsetsPerTrigger", "admission", "parallelCatchUp", "catchUpThreshold"),
+    *("catchUpShare", "commitToGroup", "maxTasks", "stall_timeout", "batch_size", "handler"),
+    "includeHeaders",
+    "failOnDataLoss",
+    "endingOffsets",
+)
+_KNOWN = frozenset(name.lower() for name in [*_OWN, *RENAMED, "path"])
+"""Spark hands options over lower-cased; ``path`` is what ``load(path)`` sets."""
+
+
+def spark_names(options: Mapping[str, str]) -> dict[str, str]:
+    """``options`` lower-cased, with former names replaced by Spark's, checked.
+
+    :raises ConfigError: an unknown, reserved or unimplemented option, or one given
+        under both its former and its Spark name.
+    """
+    given = {key.lower(): str(value) for key, value in options.items()}
+    not_yet = {name.lower(): name for name in _NOT_YET}
+    for key, value in given.items():
+        if key in RESERVED:
+            raise ConfigError(key, value, "not supported by the fairstream source", RESERVED[key])
+        if key in not_yet:
+            raise ConfigError(
+                not_yet[key],
+                value,
+                "Spark's Kafka option is not implemented by the fairstream source yet",
+                "see the README's Streaming on Spark section for the options it takes",
+            )
+        if key not in _KNOWN and not key.startswith("kafka."):
+            raise ConfigError(key, value, "unknown option of the fairstream source", _hint())
+    for old, new in RENAMED.items():
+        if old.lower() not in given:
+            continue
+        if new.lower() in given:
+            raise ConfigError(old, given[old.lower()], f"given beside {new}", f"keep {new} only")
+        log.warning("option_renamed", option=old, use=new)
+        given[new.lower()] = given.pop(old.lower())
+    return given
+
+
+def _hint() -> str:
+    return "known: " + ", ".join(_OWN) + ", kafka.<key>"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamOptions:
+    """The streaming source's options, checked once on the driver."""
+
+    read: ReadSettings
+    topics: tuple[str, ...]
+    group_id: str
+    starting: str = "committed"
+    max_records: int | None = None
+    admission: Admission = field(default_factory=Admission)
+    commit_to_group: bool = True
+    max_tasks: int = 8
+    handler: str | None = None
+    include_headers: bool = False
+    """Spark's ``includeHeaders``: a ``headers`` column after Spark's others."""
+    fail_on_data_loss: bool = True
+    """Spark's ``failOnDataLoss``: fail the query when owed records are gone."""
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> StreamOptions:
+        """:raises ConfigError: an unknown option or a bad value, naming the option."""
+        given = spark_names(options)
+        if "endingoffsets" in given:
+            raise ConfigError(
+                "endingOffsets", given["endingoffsets"], "a stream has no end", "use spark.read"
+            )
+        group_id = given.get("kafka.group.id")
+        if not group_id:
+            raise ConfigError(
+                "kafka.group.id", None, "the source commits to a group and needs one", "e.g. 'etl'"
+            )
+        return cls(
+            read=read_settings(given),
+            topics=subscribed(given),
+            group_id=group_id,
+            starting=given.get("startingoffsets") or "committed",
+            max_records=_optional_int(given, "maxOffsetsPerTrigger"),
+            admission=Admission(
+                mode=cast(Any, given.get("admission") or "fair"),
+                parallel_catch_up=_flag(given, "parallelCatchUp", False),
+                threshold=_optional_int(given, "catchUpThreshold") or 100_000,
+                share=_number(given, "catchUpShare", 0.5),
+            ),
+            commit_to_group=_flag(given, "commitToGroup", True),
+            max_tasks=_optional_int(given, "maxTasks") or 8,
+            handler=given.get("handler"),
+            include_headers=_flag(given, "includeHeaders", False),
+            fail_on_data_loss=_flag(given, "failOnDataLoss", True),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchOptions:
+    """``spark.read.format("fairstream")`` with Spark's options: the records between
+    ``startingOffsets`` (default earliest) and ``endingOffsets`` (default latest)."""
+
+    read: ReadSettings
+    topics: tuple[str, ...]
+    group_id: str | None = None
+    """Only for ``startingOffsets=committed``; a batch read commits nothing."""
+    starting: str = "earliest"
+    ending: str = "latest"
+    fail_on_data_loss: bool = True
+    max_tasks: int = 8
+    include_headers: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> BatchOptions:
+        """:raises ConfigError: an unknown, stream-only or bad option, naming it."""
+        given = spark_names(options)
+        for name in _STREAM_ONLY:
+            if name.lower() in given:
+                raise ConfigError(
+                    name, given[name.lower()], "only for a stream", "use spark.readStream"
+                )
+        starting = given.get("startingoffsets") or "earliest"
+        group_id = given.get("kafka.group.id")
+        if starting == "committed" and not group_id:
+            raise ConfigError(
+                "startingOffsets", starting, "needs the group", "set kafka.group.id as well"
+            )
+        return cls(
+            read=read_settings(given),
+            topics=subscribed(given),
+            group_id=group_id,
+            starting=starting,
+            ending=given.get("endingoffsets") or "latest",
+            fail_on_data_loss=_flag(given, "failOnDataLoss", True),
+            max_tasks=_optional_int(given, "maxTasks") or 8,
+            include_headers=_flag(given, "includeHeaders", False),
+        )
+
+
+_STREAM_ONLY = (
+    *("maxOffsetsPerTrigger", "admission", "parallelCatchUp", "catchUpThreshold"),
+    *("catchUpShare", "commitToGroup", "handler"),
+)
+
+
+def subscribed(given: Mapping[str, str]) -> tuple[str, ...]:
+    """The ``subscribe`` option's topics. :raises ConfigError: none."""
+    topics = tuple(t.strip() for t in given.get("subscribe", "").split(",") if t.strip())
+    if not topics:
+        raise ConfigError("subscribe", given.get("subscribe"), "no topics", "e.g. 'a,b'")
+    return topics
+
+
+def read_settings(given: Mapping[str, str]) -> ReadSettings:
+    """How the executors read, from Spark's option names (lower-cased).
+
+    :raises ConfigError: no brokers, or a bad ``stall_timeout``/``batch_size``.
+    """
+    bootstrap = given.get("kafka.bootstrap.servers")
+    if not bootstrap:
+        raise ConfigError(
+            "kafka.bootstrap.servers", None, "the source needs brokers", "e.g. 'host:9092'"
+        )
+    return ReadSettings(
+        bootstrap=bootstrap,
+        stall_timeout=positive_number(given, "stall_timeout", 30.0),
+        batch_size=int(positive_number(given, "batch_size", 10_000)),
+        kafka_config={
+            key.removeprefix("kafka."): value
+            for key, value in given.items()
+            if key.startswith("kafka.") and key not in ("kafka.bootstrap.servers", "kafka.group.id")
+        },
+    )
+
+
+def _optional_int(given: Mapping[str, str], name: str) -> int | None:
+    text = given.get(name.lower())
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(name, text, "not a positive integer", f"e.g. .option({name!r}, 10000)")
+    return value
+
+
+def positive_number(given: Mapping[str, str], name: str, default: float) -> float:
+    """The option ``name`` (looked up lower-cased) as a number above 0, or ``default``."""
+    value = _number(given, name, default)
+    if value <= 0:
+        raise ConfigError(
+            name, given.get(name.lower()), "not a positive number", f"e.g. {default:g}"
+        )
+    return value
+
+
+def _number(given: Mapping[str, str], name: str, default: float) -> float:
+    text = given.get(name.lower())
+    if text is None:
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(name, text, "not a number", f"e.g. {default:g}") from None
+
+
+def _flag(given: Mapping[str, str], name: str, default: bool) -> bool:
+    text = given.get(name.lower())
+    if text is None:
+        return default
+    if text.lower() not in ("true", "false"):
+        raise ConfigError(name, text, "not a boolean", f".option({name!r}, 'true') or 'false'")
+    return text.lower() == "true"

@@ -1,0 +1,75 @@
+"""The README's runnable blocks, run as written.
+
+A fenced block after ``<!-- readme-test: NAME -->`` is saved as ``NAME`` in an empty
+folder and run there: a ``test_*.py`` file with pytest, anything else with Python.
+The blocks are read at test time, so the README and these checks cannot drift.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).parents[2] / "README.md"
+MARKED_BLOCK = re.compile(
+    r"<!-- readme-test: (?P<name>[\w.]+) -->\n```python\n(?P<body>.*?)```", re.S
+)
+
+
+def _blocks() -> dict[str, str]:
+    return {m["name"]: m["body"] for m in MARKED_BLOCK.finditer(README.read_text())}
+
+
+def _run(name: str, folder: Path) -> subprocess.CompletedProcess[str]:
+    """Save the README's block ``name`` in ``folder`` and run it as a user would."""
+    (folder / name).write_text(_blocks()[name])
+    command = (
+        ["-m", "pytest", name, "-q", "-p", "no:cacheprovider"]
+        if name.startswith("test_")
+        else [name]
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("FAIRSTREAM_")}
+    return subprocess.run(
+        [sys.executable, *command],
+        cwd=folder,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_every_marked_block_is_checked_here() -> None:
+    assert _blocks().keys() == {"logging_demo.py", "metrics_demo.py", "test_orders.py"}
+
+
+def test_logging_one_json_stream_with_aiokafka_quieted(tmp_path: Path) -> None:
+    result = _run("logging_demo.py", tmp_path)
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stderr.splitlines()]
+    assert [(e.get("logger"), e["event"]) for e in events] == [
+        ("shop", "3 apples left"),
+        (None, "order_received"),
+    ]
+    assert events[1]["amount"] == 42
+
+
+def test_metrics_the_collector_serves_what_was_handled(tmp_path: Path) -> None:
+    pytest.importorskip("prometheus_client", reason="the prometheus extra is not installed")
+    result = _run("metrics_demo.py", tmp_path)
+    assert result.returncode == 0, result.stderr
+    handled = 'fairstream_partition_handled_total{group_id="billing",partition="0",topic="orders"}'
+    assert f"{handled} 1.0\n" in result.stdout
+    assert "# TYPE fairstream_handler_seconds histogram" in result.stdout
+
+
+def test_testing_your_app_the_test_passes(tmp_path: Path) -> None:
+    result = _run("test_orders.py", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 passed" in result.stdout

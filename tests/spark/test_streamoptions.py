@@ -1,0 +1,106 @@
+"""The streaming source's options by Spark's Kafka source names, checked without Spark."""
+
+from __future__ import annotations
+
+import pytest
+from structlog.testing import capture_logs
+
+from fairstream.errors import ConfigError
+from fairstream.spark.streamoptions import RENAMED, RESERVED, BatchOptions, StreamOptions
+
+SPARK = {
+    "kafka.bootstrap.servers": "host:9092",
+    "subscribe": "clicks, views",
+    "kafka.group.id": "etl",
+}
+
+
+def test_spark_names_configure_the_source() -> None:
+    options = StreamOptions.parse(
+        {**SPARK, "maxOffsetsPerTrigger": "500", "kafka.security.protocol": "SSL"}
+    )
+    assert options.read.bootstrap == "host:9092"
+    assert options.topics == ("clicks", "views")
+    assert options.group_id == "etl"
+    assert options.max_records == 500
+    # the group and the brokers are the source's, not librdkafka pass-through for readers
+    assert dict(options.read.kafka_config) == {"security.protocol": "SSL"}
+
+
+def test_names_are_case_insensitive_as_spark_hands_them_over_lower_cased() -> None:
+    lowered = {key.lower(): value for key, value in {**SPARK, "maxOffsetsPerTrigger": "7"}.items()}
+    assert StreamOptions.parse(lowered).max_records == 7
+
+
+def test_former_names_still_work_and_say_what_replaces_them() -> None:
+    former = {"bootstrap": "h:1", "topics": "t", "group_id": "g", "maxRecordsPerBatch": "9"}
+    with capture_logs() as logs:
+        options = StreamOptions.parse(former)
+    assert (options.read.bootstrap, options.topics, options.group_id) == ("h:1", ("t",), "g")
+    assert options.max_records == 9
+    renamed = {(e["option"], e["use"]) for e in logs if e["event"] == "option_renamed"}
+    assert renamed == set(RENAMED.items())
+
+
+def test_a_former_name_beside_its_spark_name_is_refused() -> None:
+    with pytest.raises(ConfigError, match="topics='t': given beside subscribe"):
+        StreamOptions.parse({**SPARK, "topics": "t"})
+
+
+@pytest.mark.parametrize("key", sorted(RESERVED))
+def test_spark_reserved_kafka_keys_are_refused_by_name(key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        StreamOptions.parse({**SPARK, key: "x"})
+    assert caught.value.field == key
+    assert caught.value.hint == RESERVED[key]
+
+
+def test_auto_offset_reset_points_to_starting_offsets() -> None:
+    with pytest.raises(ConfigError, match="set startingOffsets instead"):
+        StreamOptions.parse({**SPARK, "kafka.auto.offset.reset": "earliest"})
+
+
+def test_a_spark_option_not_implemented_yet_is_named_not_called_unknown() -> None:
+    with pytest.raises(ConfigError, match="subscribePattern='c': Spark's Kafka option is not"):
+        StreamOptions.parse({**SPARK, "subscribepattern": "c"})
+
+
+@pytest.mark.parametrize(
+    ("given", "field"),
+    [
+        ({"catchUpShare": "abc"}, "catchUpShare"),
+        ({"catchUpShare": "1.5"}, "catchUpShare"),
+        ({"maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger"),
+        ({"stall_timeout": "soon"}, "stall_timeout"),
+        ({"commitToGroup": "yes"}, "commitToGroup"),
+        ({"spelling": "x"}, "spelling"),
+    ],
+)
+def test_a_bad_value_names_its_option(given: dict[str, str], field: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        StreamOptions.parse({**SPARK, **given})
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize("missing", ["kafka.bootstrap.servers", "subscribe", "kafka.group.id"])
+def test_required_options_are_named_by_their_spark_name(missing: str) -> None:
+    options = {key: value for key, value in SPARK.items() if key != missing}
+    with pytest.raises(ConfigError) as caught:
+        StreamOptions.parse(options)
+    assert caught.value.field == missing
+
+
+def test_a_stream_has_no_ending_offsets() -> None:
+    with pytest.raises(ConfigError, match="endingOffsets='latest': a stream has no end"):
+        StreamOptions.parse({**SPARK, "endingOffsets": "latest"})
+
+
+def test_a_batch_read_refuses_stream_options_and_needs_no_group() -> None:
+    batch = BatchOptions.parse({"kafka.bootstrap.servers": "h:1", "subscribe": "t"})
+    assert (batch.starting, batch.ending, batch.group_id) == ("earliest", "latest", None)
+    with pytest.raises(ConfigError, match="maxOffsetsPerTrigger='5': only for a stream"):
+        BatchOptions.parse({**SPARK, "maxOffsetsPerTrigger": "5"})
+    with pytest.raises(ConfigError, match="startingOffsets='committed': needs the group"):
+        BatchOptions.parse(
+            {"kafka.bootstrap.servers": "h:1", "subscribe": "t", "startingOffsets": "committed"}
+        )
