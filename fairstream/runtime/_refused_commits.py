@@ -57,7 +57,16 @@ _EXPECTED = {
 }
 """The coordinator methods this module wraps or calls, with their parameters."""
 
-_COMMITTING: ContextVar[bool] = ContextVar("fairstream_refused_commit", default=False)
+
+@dataclass(slots=True)
+class _Sending:
+    """A commit being sent: ``kept`` once a refusal kept the member id (aiokafka resets
+    once per refused partition; it is said once)."""
+
+    kept: bool = False
+
+
+_SENDING: ContextVar[_Sending | None] = ContextVar("fairstream_commit_sending", default=None)
 """Set in the task that sends a commit (aiokafka shields it: a task of its own)."""
 
 
@@ -108,16 +117,20 @@ def keep_member_on_refused_commit(consumer: Any, *, rejoin: bool) -> bool:
         if task is not None and task not in watched:  # once per task, however long it lives
             watched.add(task)
             task.add_done_callback(partial(_retrieve, _CALLER.get()))
-        token = _COMMITTING.set(True)
+        token = _SENDING.set(_Sending())
         try:
             return await commit(assignment, offsets)
         finally:
-            _COMMITTING.reset(token)
+            _SENDING.reset(token)
 
     def reset_generation() -> None:
-        if not _COMMITTING.get():
+        sending = _SENDING.get()
+        if sending is None:
             reset()
             return
+        if sending.kept:
+            return
+        sending.kept = True
         log.info(
             "commit_refused_member_kept",
             group_id=coordinator.group_id,
