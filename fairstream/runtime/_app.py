@@ -98,6 +98,12 @@ class App(HandlerRegistry, HookRegistry):
     and assigned in the next; ``"upgrade"`` is the first step of the rolling upgrade
     (README, "Cooperative rebalancing").
 
+    ``@app.publisher("topic")`` publishes a handler's return value;
+    ``@app.on_startup``/``@app.on_shutdown`` hooks and
+    ``@app.on_partitions_assigned``/``@app.on_partitions_revoked`` listeners run under
+    every way of running it (README, "Publishers, lifecycle hooks and rebalance
+    listeners").
+
     :raises ConfigError: for an unknown, repeated or missing assignor, a bad threshold,
         a ``replan_interval`` without ``lag`` or not above 0, a missing bootstrap,
         ``cooperative`` with another strategy than ``sticky`` or ``lag``.
