@@ -9,8 +9,9 @@ from typing import Any
 import anyio
 import pydantic
 import pytest
+from structlog.testing import capture_logs
 
-from fairstream import Record, RetryPolicy, SchedulerConfig
+from fairstream import DeadLetterPolicy, HandlerError, Record, RetryPolicy, SchedulerConfig
 from fairstream.logs import configure
 from fairstream.runtime._dead_letter import TRACEBACK_LIMIT, bounded_traceback
 from tests.backends import Backend
@@ -137,3 +138,31 @@ def test_a_dead_letter_traceback_keeps_its_last_4_kb() -> None:
     assert len(trace) <= TRACEBACK_LIMIT == 4096
     assert trace.startswith(b"...\n")
     assert trace.endswith(b"ValueError: 99\n")
+
+
+@pytest.mark.parametrize("policy", ["skip", "stop"])
+async def test_a_skipped_or_stopping_failure_carries_its_traceback_too(
+    backend: Backend, group_id: str, policy: str
+) -> None:
+    topic = await backend.create_topic(1)
+    await backend.produce(topic, [(0, b'{"amount": 7}'), (0, b"{}")])
+    app = backend.app(
+        group_id=group_id,
+        retry=RETRY_TWICE,
+        scheduler=QUICK,
+        dead_letter=DeadLetterPolicy(on_error=policy),  # type: ignore[arg-type]
+    )
+    handle = app.subscriber(topic)(_charging())
+    with capture_logs() as logs:
+        try:
+            async with app:
+                with anyio.fail_after(30):
+                    await handle.done.wait()
+        except HandlerError:
+            assert policy == "stop"
+
+    failures = [e for e in logs if "exc_info" in e]
+    assert [e["event"] for e in failures] == [
+        "record_skipped" if policy == "skip" else "handler_failed"
+    ]
+    assert str(failures[0]["exc_info"]) == "card declined for 7"
