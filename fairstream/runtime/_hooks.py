@@ -8,7 +8,8 @@ ASGI lifespan, ``MemoryBroker().run(app)``) enters ``App.__aenter__`` and leaves
 - startup hooks, in registration order, before the app connects: a hook that raises
   stops the start (the error comes out as it is, nothing is consumed);
 - shutdown hooks, in order, once the app has stopped (drained, committed, left its
-  group), also when it stopped on an error; one that raises is logged
+  group), whenever the startup hooks all ran: also when it stopped on an error, or
+  its start failed after them (the broker unreachable); one that raises is logged
   (``shutdown_hook_failed``, with its traceback) and the next still runs.
 
 Rebalance listeners are awaited in order inside the group's rebalance, as the Java
