@@ -239,3 +239,26 @@ async def test_revoked_listeners_run_after_the_revoked_partitions_are_committed(
     assert sum(handled_then.values()) >= 40
     for partition, next_offset in handled_then.items():
         assert committed_then[partition] == (next_offset or None)
+
+
+async def test_a_start_that_fails_after_the_startup_hooks_runs_the_shutdown_hooks(
+    backend: Backend, group_id: str
+) -> None:
+    app = backend.app(group_id=group_id)
+    steps: list[str] = []
+
+    @app.on_startup
+    async def connect() -> None:
+        steps.append("connect")
+
+    @app.subscriber("no-such-topic")
+    async def handle(record: Record[bytes]) -> None: ...
+
+    @app.on_shutdown
+    async def disconnect() -> None:
+        steps.append("disconnect")
+
+    with pytest.raises(ConfigError, match="no-such-topic"):
+        async with app:
+            pass
+    assert steps == ["connect", "disconnect"]
