@@ -72,10 +72,33 @@ def _model(model: Any) -> Decoder[Any]:
         try:
             return model.model_validate_json(raw)
         except ValueError as exc:  # pydantic.ValidationError is a ValueError
-            first = str(exc).splitlines()
-            raise DecodeError(f"value is not a valid {model.__name__}: {first[0]}") from exc
+            raise DecodeError(
+                f"value is not a valid {model.__name__}: {_validation_errors(exc)}"
+            ) from exc
 
     return decode
+
+
+def _validation_errors(exc: ValueError) -> str:
+    """Every field and reason of a pydantic ``ValidationError``, on one line.
+
+    ``2 validation errors: qty: Input should be a valid integer (input: 'x'); sku: Field
+    required`` - a dead letter's message and the log line say what to fix in each field,
+    not only that something failed. Another ``ValueError`` keeps its own text.
+    """
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return str(exc)
+    details = errors(include_url=False)
+    parts = []
+    for error in details:
+        field = ".".join(str(part) for part in error["loc"]) or "(value)"
+        reason = f"{field}: {error['msg']}"
+        if error["type"] != "missing":
+            reason += f" (input: {error['input']!r:.80})"
+        parts.append(reason)
+    count = f"{len(details)} validation error{'s' if len(details) != 1 else ''}"
+    return f"{count}: {'; '.join(parts)}"
 
 
 def _record_args(hint: Any, batch: bool) -> tuple[Any, ...]:

@@ -46,7 +46,12 @@ def _run(name: str, folder: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_every_marked_block_is_checked_here() -> None:
-    assert _blocks().keys() == {"logging_demo.py", "metrics_demo.py", "test_orders.py"}
+    assert _blocks().keys() == {
+        "logging_demo.py",
+        "metrics_demo.py",
+        "test_orders.py",
+        "test_service.py",
+    }
 
 
 def test_logging_one_json_stream_with_aiokafka_quieted(tmp_path: Path) -> None:
@@ -71,5 +76,11 @@ def test_metrics_the_collector_serves_what_was_handled(tmp_path: Path) -> None:
 
 def test_testing_your_app_the_test_passes(tmp_path: Path) -> None:
     result = _run("test_orders.py", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 passed" in result.stdout
+
+
+def test_publishers_hooks_and_listeners_the_test_passes(tmp_path: Path) -> None:
+    result = _run("test_service.py", tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed" in result.stdout
