@@ -13,7 +13,7 @@ import structlog
 
 from fairstream.errors import ConfigError, DataLossError
 from fairstream.spark.cluster import GroupClient
-from fairstream.spark.offsetspec import ending_offsets, starting_positions
+from fairstream.spark.offsetspec import ending_offsets
 from fairstream.spark.planning import Chunk
 from fairstream.spark.streamoptions import BatchOptions
 from fairstream.spark.streamplan import Position, batch_ranges, losses, plan_tasks
@@ -38,9 +38,9 @@ def plan_read(options: BatchOptions) -> list[list[Chunk]]:
     client = GroupClient(o.read.bootstrap, group, o.read.kafka_config)
     try:
         states = o.subscription.states(client, quiet=False)
+        starts = o.starting.positions(states, client.offsets_for_times)
     finally:
         client.close()
-    starts = starting_positions(o.starting, states)
     ends = ending_offsets(o.ending, states)
     for tp, end in ends.items():
         if end < starts[tp].next:
@@ -60,4 +60,4 @@ def plan_read(options: BatchOptions) -> list[list[Chunk]]:
         {tp: Position(end) for tp, end in ends.items()},
         {(s.topic, s.partition): s.log_start for s in states},
     )
-    return plan_tasks(chunks, o.max_tasks)
+    return plan_tasks(chunks, o.max_tasks, o.min_tasks)

@@ -122,6 +122,22 @@ class GroupClient:
             )
         return states
 
+    def offsets_for_times(
+        self, times: Mapping[tuple[str, int], int], *, timeout: float = 15.0
+    ) -> dict[tuple[str, int], int]:
+        """Each partition's first offset with a timestamp at or after its time (ms), or
+        -1 where none is (Kafka's ListOffsets by timestamp, one request a broker)."""
+        asked = [TopicPartition(topic, partition, ms) for (topic, partition), ms in times.items()]
+        try:
+            answered = self.consumer.offsets_for_times(asked, timeout=timeout)
+        except KafkaException as exc:
+            raise BrokerError(
+                f"cannot look up offsets by timestamp: {exc.args[0].str()}",
+                bootstrap=self.bootstrap,
+                retriable=exc.args[0].retriable(),
+            ) from exc
+        return {(tp.topic, tp.partition): tp.offset for tp in answered}
+
     def _log_offsets(
         self, wanted: Sequence[Any], spec: Any, timeout: float
     ) -> dict[tuple[str, int], int]:

@@ -12,13 +12,45 @@ Pure: reads :class:`~.planning.PartitionState` values, does no I/O.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from fairstream.errors import ConfigError
 from fairstream.spark.planning import PartitionState
 from fairstream.spark.streamplan import Position, TopicPartition
 
-__all__ = ["ending_offsets", "starting_positions"]
+__all__ = [
+    "Start",
+    "ending_offsets",
+    "starting_positions",
+    "starting_times",
+    "timestamp_positions",
+]
+
+Lookup = Callable[[Mapping[TopicPartition, int]], Mapping[TopicPartition, int]]
+"""Offsets by timestamp (:meth:`.cluster.GroupClient.offsets_for_times`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Where a read starts: ``startingOffsets``, or by timestamp when one is given."""
+
+    offsets: str
+    by_timestamp: str | None = None
+    timestamp: int | None = None
+    strategy: str = "error"
+
+    def positions(
+        self, states: Sequence[PartitionState], lookup: Lookup
+    ) -> dict[TopicPartition, Position]:
+        """Each partition's start; ``lookup`` is asked only for a start by timestamp.
+
+        :raises ConfigError: a bad option, or no record late enough (strategy error).
+        """
+        times = starting_times(self.by_timestamp, self.timestamp, states)
+        if times is None:
+            return starting_positions(self.offsets, states)
+        return timestamp_positions(times, lookup(times), states, self.strategy)
 
 
 def starting_positions(
@@ -89,3 +121,50 @@ def _every_partition(
             "name every partition of the subscribed topics (-2 earliest, -1 latest)",
         )
     return offsets
+
+
+def starting_times(
+    by_timestamp: str | None, timestamp: int | None, states: Sequence[PartitionState]
+) -> dict[TopicPartition, int] | None:
+    """The time (ms) each partition starts at, by Spark's ``startingTimestamp`` (every
+    partition; it wins) or ``startingOffsetsByTimestamp`` (JSON naming every
+    partition); ``None`` when neither is given.
+
+    :raises ConfigError: JSON that is bad or leaves a partition out.
+    """
+    if timestamp is not None:
+        return {(s.topic, s.partition): timestamp for s in states}
+    if by_timestamp is None:
+        return None
+    return _every_partition("startingOffsetsByTimestamp", by_timestamp, states, "JSON")
+
+
+def timestamp_positions(
+    times: Mapping[TopicPartition, int],
+    found: Mapping[TopicPartition, int],
+    states: Sequence[PartitionState],
+    strategy: str,
+) -> dict[TopicPartition, Position]:
+    """Positions from ``found``, the first offset at or after each time (-1: none).
+
+    Where a partition has no record that late, Spark's
+    ``startingOffsetsByTimestampStrategy`` decides: ``error`` (the default) fails,
+    ``latest`` starts at the log end.
+
+    :raises ConfigError: a partition has no such offset and the strategy is ``error``.
+    """
+    positions = {}
+    for s in states:
+        tp = (s.topic, s.partition)
+        offset = found.get(tp, -1)
+        if offset < 0:
+            if strategy != "latest":
+                raise ConfigError(
+                    "startingOffsetsByTimestamp",
+                    times[tp],
+                    f"{s.topic} partition {s.partition} has no record at or after that time",
+                    "set startingOffsetsByTimestampStrategy=latest to start at its end",
+                )
+            offset = s.log_end
+        positions[tp] = Position(offset)
+    return positions

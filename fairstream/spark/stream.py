@@ -27,6 +27,7 @@ fairstream's ``admission`` (``fair`` | ``proportional``), ``parallelCatchUp``,
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NoReturn, cast
 
@@ -36,7 +37,6 @@ from fairstream.errors import ConfigError, DataLossError
 from fairstream.spark._extra import missing_extra
 from fairstream.spark.cluster import GroupClient
 from fairstream.spark.handlers import decode_handler, handle_batches
-from fairstream.spark.offsetspec import starting_positions
 from fairstream.spark.planning import Chunk, PartitionState
 from fairstream.spark.reading import read_task
 from fairstream.spark.source import FairstreamDataSource, TaskPartition, kafka_schema, select
@@ -46,6 +46,7 @@ from fairstream.spark.streamplan import (
     StreamOffset,
     TopicPartition,
     admit,
+    available,
     batch_ranges,
     group_commits,
     hold_new_reads,
@@ -107,6 +108,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._warm: list[Chunk] = []
         """Ranges held back for the next batch; this one starts their readers
         (:func:`hold_new_reads`)."""
+        self._last_batch = time.monotonic()
+        """When the last batch was planned (the reader's start before the first)."""
         self._group: GroupClient | None = None
         """The driver's group client, kept between triggers (never pickled)."""
 
@@ -129,7 +132,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         states = self._states()
-        positions = starting_positions(self.options.starting, states)
+        positions = self.options.starting.positions(states, self._client().offsets_for_times)
         log.info("stream_started", group_id=self.options.group_id, partitions=len(positions))
         return StreamOffset(self.options.group_id, positions).to_json()
 
@@ -156,12 +159,29 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             else:
                 logs[tp] = (s.log_start, s.log_end)
         rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end = admit(self._after_losses(begin, logs), logs, rows, self.options.admission)
+        positions = self._after_losses(begin, logs)
+        if self._waits_for_more(positions, logs):
+            return start
+        end = admit(positions, logs, rows, self.options.admission)
         if rows is not None:  # ReadAllAvailable (Trigger.Once) must read all of it now
             end, self._warm = hold_new_reads(begin.positions, end, self._read_last)
         if all(begin.positions.get(tp) == pos for tp, pos in end.items()):
             return start  # Spark's "no new data": the same offset back
+        self._last_batch = time.monotonic()
         return StreamOffset(self.options.group_id, end).to_json()
+
+    def _waits_for_more(
+        self, positions: Mapping[TopicPartition, Position], logs: Mapping[TopicPartition, Any]
+    ) -> bool:
+        """Spark's ``minOffsetsPerTrigger``: fewer records than that are available and
+        ``maxTriggerDelay`` has not passed since the last batch. Never under
+        ``Trigger.AvailableNow``, which would then wait for ever."""
+        least = self.options.min_records
+        if least is None or self._target is not None:
+            return False
+        if time.monotonic() - self._last_batch >= self.options.max_trigger_delay:
+            return False
+        return available(positions, logs) < least
 
     def _after_losses(
         self, begin: StreamOffset, logs: Mapping[TopicPartition, tuple[int, int]]
@@ -196,11 +216,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._log_starts = {(s.topic, s.partition): s.log_start for s in self._states()}
         begin, done = self._parse(start).positions, self._parse(end).positions
         chunks = batch_ranges(begin, done, self._log_starts)
-        tasks = plan_tasks(chunks, self.options.max_tasks)
+        tasks = plan_tasks(chunks, self.options.max_tasks, self.options.min_tasks)
         warm, self._warm = self._warm, []
         # As many tasks as the batch that reads the held ranges will have, so that
         # each of its workers has started a reader (tasks without chunks only do that).
-        spread = len(plan_tasks([*chunks, *warm], self.options.max_tasks))
+        spread = len(plan_tasks([*chunks, *warm], self.options.max_tasks, self.options.min_tasks))
         tasks += [[] for _ in range(spread - len(tasks))]
         self._read_last = frozenset((c.topic, c.partition) for c in [*chunks, *warm])
         return [TaskPartition(i, task, warm) for i, task in enumerate(tasks)]

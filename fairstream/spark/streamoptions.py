@@ -18,6 +18,7 @@ Pure: no PySpark import, so the rules are tested without a Spark session.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -25,6 +26,7 @@ from typing import Any, cast
 import structlog
 
 from fairstream.errors import ConfigError
+from fairstream.spark.offsetspec import Start
 from fairstream.spark.reading import ReadSettings
 from fairstream.spark.streamplan import Admission
 from fairstream.spark.subscription import Subscription, subscription
@@ -59,9 +61,8 @@ RESERVED = {
 """``kafka.*`` keys Spark's Kafka source refuses, and why this one does too."""
 
 _NOT_YET = (
-    *("startingOffsetsByTimestamp", "startingTimestamp"),
-    *("minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions"),
-    "startingOffsetsByTimestampStrategy",
+    *("endingOffsetsByTimestamp", "groupIdPrefix", "kafkaConsumer.pollTimeoutMs"),
+    *("fetchOffset.numRetries", "fetchOffset.retryIntervalMs"),
 )
 """Spark Kafka source options this source does not implement (yet)."""
 
@@ -73,6 +74,8 @@ _OWN = (
     "includeHeaders",
     "failOnDataLoss",
     "endingOffsets",
+    *("minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions"),
+    *("startingOffsetsByTimestamp", "startingTimestamp", "startingOffsetsByTimestampStrategy"),
 )
 _KNOWN = frozenset(name.lower() for name in [*_OWN, *RENAMED, "path"])
 """Spark hands options over lower-cased; ``path`` is what ``load(path)`` sets."""
@@ -119,7 +122,7 @@ class StreamOptions:
     read: ReadSettings
     subscription: Subscription
     group_id: str
-    starting: str = "committed"
+    starting: Start = field(default_factory=lambda: Start("committed"))
     max_records: int | None = None
     admission: Admission = field(default_factory=Admission)
     commit_to_group: bool = True
@@ -129,6 +132,12 @@ class StreamOptions:
     """Spark's ``includeHeaders``: a ``headers`` column after Spark's others."""
     fail_on_data_loss: bool = True
     """Spark's ``failOnDataLoss``: fail the query when owed records are gone."""
+    min_tasks: int = 1
+    """Spark's ``minPartitions``: at least this many tasks a batch (records allowing)."""
+    min_records: int | None = None
+    """Spark's ``minOffsetsPerTrigger``: wait for this many records before a batch..."""
+    max_trigger_delay: float = 900.0
+    """...but no longer than this many seconds since the last batch (``maxTriggerDelay``)."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamOptions:
@@ -147,7 +156,7 @@ class StreamOptions:
             read=read_settings(given),
             subscription=subscription(given),
             group_id=group_id,
-            starting=given.get("startingoffsets") or "committed",
+            starting=_start(given, "committed"),
             max_records=_optional_int(given, "maxOffsetsPerTrigger"),
             admission=Admission(
                 mode=cast(Any, given.get("admission") or "fair"),
@@ -160,6 +169,9 @@ class StreamOptions:
             handler=given.get("handler"),
             include_headers=_flag(given, "includeHeaders", False),
             fail_on_data_loss=_flag(given, "failOnDataLoss", True),
+            min_tasks=_optional_int(given, "minPartitions") or 1,
+            min_records=_optional_int(given, "minOffsetsPerTrigger"),
+            max_trigger_delay=_duration(given, "maxTriggerDelay", 900.0),
         )
 
 
@@ -172,10 +184,11 @@ class BatchOptions:
     subscription: Subscription
     group_id: str | None = None
     """Only for ``startingOffsets=committed``; a batch read commits nothing."""
-    starting: str = "earliest"
+    starting: Start = field(default_factory=lambda: Start("earliest"))
     ending: str = "latest"
     fail_on_data_loss: bool = True
     max_tasks: int = 8
+    min_tasks: int = 1
     include_headers: bool = False
 
     @classmethod
@@ -187,11 +200,11 @@ class BatchOptions:
                 raise ConfigError(
                     name, given[name.lower()], "only for a stream", "use spark.readStream"
                 )
-        starting = given.get("startingoffsets") or "earliest"
+        starting = _start(given, "earliest")
         group_id = given.get("kafka.group.id")
-        if starting == "committed" and not group_id:
+        if starting.offsets == "committed" and not group_id:
             raise ConfigError(
-                "startingOffsets", starting, "needs the group", "set kafka.group.id as well"
+                "startingOffsets", "committed", "needs the group", "set kafka.group.id as well"
             )
         return cls(
             read=read_settings(given),
@@ -201,12 +214,14 @@ class BatchOptions:
             ending=given.get("endingoffsets") or "latest",
             fail_on_data_loss=_flag(given, "failOnDataLoss", True),
             max_tasks=_optional_int(given, "maxTasks") or 8,
+            min_tasks=_optional_int(given, "minPartitions") or 1,
             include_headers=_flag(given, "includeHeaders", False),
         )
 
 
 _STREAM_ONLY = (
-    *("maxOffsetsPerTrigger", "admission", "parallelCatchUp", "catchUpThreshold"),
+    *("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "admission"),
+    *("parallelCatchUp", "catchUpThreshold"),
     *("catchUpShare", "commitToGroup", "handler"),
 )
 
@@ -231,6 +246,41 @@ def read_settings(given: Mapping[str, str]) -> ReadSettings:
             if key.startswith("kafka.") and key not in ("kafka.bootstrap.servers", "kafka.group.id")
         },
     )
+
+
+def _start(given: Mapping[str, str], default: str) -> Start:
+    strategy = given.get("startingoffsetsbytimestampstrategy", "error").lower()
+    if strategy not in ("error", "latest"):
+        raise ConfigError(
+            "startingOffsetsByTimestampStrategy", strategy, "unknown strategy", "error or latest"
+        )
+    timestamp = given.get("startingtimestamp")
+    try:
+        millis = None if timestamp is None else int(timestamp)
+    except ValueError:
+        raise ConfigError(
+            "startingTimestamp", timestamp, "not a time in ms since the epoch", "e.g. 1700000000000"
+        ) from None
+    return Start(
+        given.get("startingoffsets") or default,
+        given.get("startingoffsetsbytimestamp"),
+        millis,
+        strategy,
+    )
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _duration(given: Mapping[str, str], name: str, default: float) -> float:
+    """A duration in seconds, written as Spark writes them (``15m``, ``30s``, ``500ms``)."""
+    text = given.get(name.lower())
+    if text is None:
+        return default
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|min|m|h|d)?\s*", text)
+    if match is None or float(match[1]) <= 0:
+        raise ConfigError(name, text, "not a duration", "e.g. '15m', '30s' or '500ms'")
+    return float(match[1]) * _UNITS[match[2] or "s"]
 
 
 def _optional_int(given: Mapping[str, str], name: str) -> int | None:

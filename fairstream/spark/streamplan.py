@@ -42,6 +42,7 @@ __all__ = [
     "StreamOffset",
     "TopicPartition",
     "admit",
+    "available",
     "batch_ranges",
     "group_commits",
     "hold_new_reads",
@@ -378,6 +379,18 @@ def group_commits(
     return commits
 
 
+def available(
+    start: Mapping[TopicPartition, Position], logs: Mapping[TopicPartition, tuple[int, int]]
+) -> int:
+    """Records the next batch could read: new ones past each ``next``, open catch-up
+    ranges, and all of a partition new since ``start``."""
+    total = 0
+    for tp, (log_start, log_end) in logs.items():
+        pos = start.get(tp, Position(log_start))
+        total += max(log_end - pos.next, 0) + sum(len(r) for r in pos.catchup)
+    return total
+
+
 def lag_by_topic(
     done: Mapping[TopicPartition, Position], log_ends: Mapping[TopicPartition, int]
 ) -> dict[str, int]:
@@ -390,13 +403,14 @@ def lag_by_topic(
     return lag
 
 
-def plan_tasks(chunks: Sequence[Chunk], max_tasks: int) -> list[list[Chunk]]:
+def plan_tasks(chunks: Sequence[Chunk], max_tasks: int, min_tasks: int = 1) -> list[list[Chunk]]:
     """A batch's ranges on Spark tasks: one task per :data:`TASK_RECORDS` records, at
-    most ``max_tasks``, ranges cut to equal pieces and placed by the lag planner, so a
+    most ``max_tasks`` and at least ``min_tasks`` (Spark's ``minPartitions``; never more
+    tasks than records), ranges cut to equal pieces and placed by the lag planner, so a
     hot partition is read by several tasks. A task costs a Kafka client and a round
     trip, which is why a small batch gets few."""
     total = sum(len(c) for c in chunks)
     if not total:
         return []
-    wanted = max(1, min(max_tasks, math.ceil(total / TASK_RECORDS)))
+    wanted = max(1, min(max_tasks, math.ceil(total / TASK_RECORDS)), min(min_tasks, total))
     return place_chunks(split_ranges(chunks, math.ceil(total / wanted)), wanted)

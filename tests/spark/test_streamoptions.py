@@ -64,8 +64,8 @@ def test_auto_offset_reset_points_to_starting_offsets() -> None:
 
 
 def test_a_spark_option_not_implemented_yet_is_named_not_called_unknown() -> None:
-    with pytest.raises(ConfigError, match="startingTimestamp='1': Spark's Kafka option is not"):
-        StreamOptions.parse({**SPARK, "startingtimestamp": "1"})
+    with pytest.raises(ConfigError, match="groupIdPrefix='x': Spark's Kafka option is not"):
+        StreamOptions.parse({**SPARK, "groupidprefix": "x"})
 
 
 @pytest.mark.parametrize(
@@ -100,7 +100,7 @@ def test_a_stream_has_no_ending_offsets() -> None:
 
 def test_a_batch_read_refuses_stream_options_and_needs_no_group() -> None:
     batch = BatchOptions.parse({"kafka.bootstrap.servers": "h:1", "subscribe": "t"})
-    assert (batch.starting, batch.ending, batch.group_id) == ("earliest", "latest", None)
+    assert (batch.starting.offsets, batch.ending, batch.group_id) == ("earliest", "latest", None)
     with pytest.raises(ConfigError, match="maxOffsetsPerTrigger='5': only for a stream"):
         BatchOptions.parse({**SPARK, "maxOffsetsPerTrigger": "5"})
     with pytest.raises(ConfigError, match="startingOffsets='committed': needs the group"):
