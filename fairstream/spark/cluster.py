@@ -65,11 +65,7 @@ class GroupClient:
         try:
             return list(self.consumer.list_topics(timeout=timeout).topics)
         except KafkaException as exc:
-            raise BrokerError(
-                f"cannot list the cluster's topics: {exc.args[0].str()}",
-                bootstrap=self.bootstrap,
-                retriable=exc.args[0].retriable(),
-            ) from exc
+            raise self._failed("cannot list the cluster's topics", exc) from exc
 
     def states(
         self, topics: Sequence[str], *, timeout: float = 15.0, quiet: bool = False
@@ -95,13 +91,7 @@ class GroupClient:
             starts = self._log_offsets(wanted, earliest, timeout)
             ends = self._log_offsets(wanted, latest, timeout)
         except KafkaException as exc:
-            error = exc.args[0]
-            raise BrokerError(
-                f"cannot read offsets of group {self.group_id!r}: {error.str()}; check the "
-                "bootstrap servers and that the brokers are up",
-                bootstrap=self.bootstrap,
-                retriable=error.retriable(),
-            ) from exc
+            raise self._failed(f"cannot read offsets of group {self.group_id!r}", exc) from exc
         states = [
             PartitionState(
                 topic=tp.topic,
@@ -131,11 +121,7 @@ class GroupClient:
         try:
             answered = self.consumer.offsets_for_times(asked, timeout=timeout)
         except KafkaException as exc:
-            raise BrokerError(
-                f"cannot look up offsets by timestamp: {exc.args[0].str()}",
-                bootstrap=self.bootstrap,
-                retriable=exc.args[0].retriable(),
-            ) from exc
+            raise self._failed("cannot look up offsets by timestamp", exc) from exc
         return {(tp.topic, tp.partition): tp.offset for tp in answered}
 
     def _log_offsets(
@@ -148,6 +134,14 @@ class GroupClient:
             (tp.topic, tp.partition): future.result(timeout=timeout).offset
             for tp, future in answers.items()
         }
+
+    def _failed(self, doing: str, exc: KafkaException) -> BrokerError:
+        error = exc.args[0]
+        return BrokerError(
+            f"{doing}: {error.str()}; check the bootstrap servers and that the brokers are up",
+            bootstrap=self.bootstrap,
+            retriable=error.retriable(),
+        )
 
     def commit(self, commits: Sequence[PartitionCommit], job: str) -> None:
         """Commit the offsets and shadow metadata in one request; ``job`` names the

@@ -234,7 +234,7 @@ def read_settings(given: Mapping[str, str]) -> ReadSettings:
     bootstrap = given.get("kafka.bootstrap.servers")
     if not bootstrap:
         raise ConfigError(
-            "kafka.bootstrap.servers", None, "the source needs brokers", "e.g. 'host:9092'"
+            "kafka.bootstrap.servers", None, "no brokers given", "e.g. 'host:9092'"
         )
     return ReadSettings(
         bootstrap=bootstrap,
