@@ -15,6 +15,7 @@ import importlib.metadata
 import importlib.util
 import logging
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -31,11 +32,13 @@ from fairstream._cli_kafka import (
     require_extra,
 )
 from fairstream._cli_stream import add_stream
+from fairstream._worker_status import worker_setup
 from fairstream.config import from_env
 from fairstream.errors import ConfigError, FairstreamError
 
 if TYPE_CHECKING:
     from fairstream import App
+    from fairstream._supervisor import Supervision
 
 __all__ = ["main"]
 
@@ -128,6 +131,24 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="address for --http-port: every interface by default, so container probes "
         "and Prometheus reach it on the pod's address; 127.0.0.1 keeps it local",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N worker processes (group members) under one supervisor, to use N cores: "
+        "it forwards SIGINT/SIGTERM, restarts a worker that dies (with backoff; one that "
+        "exits 2 stops them all, exit 2), names static members <instance_id>-<i>, and "
+        "serves one --http-port for all: ready when every worker is, metrics with a "
+        "worker label (default: 1, no supervisor)",
+    )
+    parser.add_argument(
+        "--reload",
+        action="store_true",
+        help="for development: restart the app when a .py file under the current "
+        "directory changes (needs the reload extra: pip install 'fairstream[reload]'); "
+        "not with --workers above 1",
+    )
     parser.set_defaults(run=_run_run, log_level_default="INFO")
 
 
@@ -138,17 +159,56 @@ def _run_run(args: argparse.Namespace) -> int:
 
     if args.http_port is not None and not 1 <= args.http_port <= 65535:
         raise ConfigError("--http-port", args.http_port, "is not a TCP port", "give 1-65535")
-    app = load_app(args.app)
+    supervision = _supervision(args)
+    app = load_app(args.app)  # under a supervisor too: a bad app fails once, not per worker
     if args.bootstrap:
         app.bootstrap = args.bootstrap
     if app.bootstrap:
         check_bootstrap(app.bootstrap)
     _override_app(app, args)
-    if args.http_port is None:
+    if supervision is not None:
+        from fairstream._supervisor import supervise
+
+        return supervise(supervision)
+    worker = worker_setup()
+    if worker is not None:  # one of a supervisor's workers
+        import structlog
+
+        app.instance_id = worker.instance_id(app.instance_id)
+        structlog.contextvars.bind_contextvars(worker=worker.index)
+        anyio.run(partial(_run_with_status, app, sock=worker.sock))
+    elif args.http_port is None:
         anyio.run(app.run)
     else:
-        anyio.run(_run_with_status, app, args.http_host, args.http_port)
+        anyio.run(partial(_run_with_status, app, host=args.http_host, port=args.http_port))
     return 0
+
+
+def _supervision(args: argparse.Namespace) -> Supervision | None:
+    """What ``--workers``/``--reload`` ask a supervisor to run; ``None``: run in-process."""
+    from fairstream._supervisor import Supervision, worker_command
+
+    if args.workers == 1 and not args.reload:
+        return None
+    supervision = Supervision(
+        command=worker_command(
+            args.app,
+            bootstrap=args.bootstrap,
+            options=[
+                ("--group-id", args.group_id),
+                ("--assignor", args.assignor),
+                ("--log-level", args.log_level),
+                ("--log-format", args.log_format),
+            ],
+        ),
+        workers=args.workers,
+        http_host=args.http_host,
+        http_port=args.http_port,
+        reload=args.reload,
+    )
+    if args.reload:
+        require_extra("reload", "watchfiles")
+    return supervision
 
 
 def _override_app(app: App, args: argparse.Namespace) -> None:
@@ -167,7 +227,9 @@ def _override_app(app: App, args: argparse.Namespace) -> None:
         app.assignor = strategy_names(args.env["assignor"], field="FAIRSTREAM_ASSIGNOR")
 
 
-async def _run_with_status(app: App, host: str, port: int) -> None:
+async def _run_with_status(
+    app: App, *, host: str = "127.0.0.1", port: int = 0, sock: socket.socket | None = None
+) -> None:
     import anyio
 
     from fairstream import serve_status
@@ -182,7 +244,7 @@ async def _run_with_status(app: App, host: str, port: int) -> None:
         async with anyio.create_task_group() as tasks:
             await tasks.start(
                 lambda task_status: serve_status(
-                    app, host=host, port=port, metrics=metrics, task_status=task_status
+                    app, host=host, port=port, metrics=metrics, sock=sock, task_status=task_status
                 )
             )
             await app.run()
