@@ -49,11 +49,11 @@ POLL_INTERVAL = 1.0
 """Seconds between two readings of the workers' status: what the supervisor serves is
 at most this old."""
 
-INDEX_ENV = "FAIRSTREAM_WORKER_INDEX"
-COUNT_ENV = "FAIRSTREAM_WORKER_COUNT"
-PARENT_ENV = "FAIRSTREAM_WORKER_PARENT"
-STATUS_FD_ENV = "FAIRSTREAM_WORKER_STATUS_FD"
-"""The hand-over from supervisor to worker (not settings: ``from_env`` ignores them)."""
+INDEX_ENV = "FS_SUPERVISOR_WORKER"
+COUNT_ENV = "FS_SUPERVISOR_WORKERS"
+PARENT_ENV = "FS_SUPERVISOR_PID"
+STATUS_FD_ENV = "FS_SUPERVISOR_STATUS_FD"
+"""The hand-over from supervisor to worker (not settings, so not FAIRSTREAM_*)."""
 
 _STARTING = Health(alive=True, ready=False, state="starting")
 """What a worker that does not answer (yet) counts as."""
@@ -216,7 +216,8 @@ def worker_setup(environ: Mapping[str, str] | None = None) -> WorkerSetup | None
     env = os.environ if environ is None else environ
     if INDEX_ENV not in env or STATUS_FD_ENV not in env:
         return None
-    _die_with_parent(int(env.get(PARENT_ENV, "0")))
+    if PARENT_ENV in env:
+        _die_with_parent(int(env[PARENT_ENV]))
     return WorkerSetup(
         index=int(env[INDEX_ENV]),
         sock=socket.socket(fileno=int(env[STATUS_FD_ENV])),
@@ -236,5 +237,5 @@ def _die_with_parent(parent: int) -> None:
     except (OSError, AttributeError):
         log.debug("worker_parent_watch_unavailable")
         return
-    if parent and os.getppid() != parent:  # it died before the prctl call
+    if os.getppid() != parent:  # it died before the prctl call
         os.kill(os.getpid(), signal.SIGTERM)

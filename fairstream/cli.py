@@ -32,13 +32,12 @@ from fairstream._cli_kafka import (
     require_extra,
 )
 from fairstream._cli_stream import add_stream
-from fairstream._worker_status import worker_setup
 from fairstream.config import from_env
 from fairstream.errors import ConfigError, FairstreamError
 
 if TYPE_CHECKING:
     from fairstream import App
-    from fairstream._supervisor import Supervision
+    from fairstream.supervisor import Supervision
 
 __all__ = ["main"]
 
@@ -167,9 +166,11 @@ def _run_run(args: argparse.Namespace) -> int:
         check_bootstrap(app.bootstrap)
     _override_app(app, args)
     if supervision is not None:
-        from fairstream._supervisor import supervise
+        from fairstream.supervisor import supervise
 
         return supervise(supervision)
+    from fairstream.supervisor import worker_setup
+
     worker = worker_setup()
     if worker is not None:  # one of a supervisor's workers
         import structlog
@@ -186,7 +187,7 @@ def _run_run(args: argparse.Namespace) -> int:
 
 def _supervision(args: argparse.Namespace) -> Supervision | None:
     """What ``--workers``/``--reload`` ask a supervisor to run; ``None``: run in-process."""
-    from fairstream._supervisor import Supervision, worker_command
+    from fairstream.supervisor import Supervision, worker_command
 
     if args.workers == 1 and not args.reload:
         return None

@@ -40,11 +40,27 @@ import anyio
 import anyio.abc
 import structlog
 
-from fairstream._worker_status import COUNT_ENV, INDEX_ENV, PARENT_ENV, STATUS_FD_ENV, WorkersStatus
+from fairstream._worker_status import (
+    COUNT_ENV,
+    INDEX_ENV,
+    PARENT_ENV,
+    STATUS_FD_ENV,
+    WorkerSetup,
+    WorkersStatus,
+    worker_setup,
+)
 from fairstream.errors import ConfigError, describe
 from fairstream.runtime import serve_status
 
-__all__ = ["GAVE_UP", "Supervision", "restart_delay", "supervise"]
+__all__ = [
+    "GAVE_UP",
+    "Supervision",
+    "WorkerSetup",
+    "restart_delay",
+    "supervise",
+    "worker_command",
+    "worker_setup",
+]
 
 log = structlog.get_logger(__name__)
 
