@@ -1,8 +1,8 @@
 """The ``fairstream`` command: parse arguments, call the library, print.
 
 Each subcommand has an ``_add_<name>`` that declares its options and a
-``_run_<name>`` that does the work: ``broker`` and ``run`` here, ``lag`` and ``plan``
-in :mod:`fairstream._cli_groups`, ``topic`` and ``produce`` in
+``_run_<name>`` that does the work: ``asyncapi``, ``broker`` and ``run`` here, ``lag``
+and ``plan`` in :mod:`fairstream._cli_groups`, ``topic`` and ``produce`` in
 :mod:`fairstream._cli_kafka`, ``backfill`` in :mod:`fairstream._cli_backfill`,
 ``stream`` in :mod:`fairstream._cli_stream`. A :class:`FairstreamError` becomes one
 line on stderr and exit status 2; anything else keeps its traceback, because it is a bug.
@@ -268,6 +268,60 @@ def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return inner
 
 
+# --- asyncapi -----------------------------------------------------------------------
+
+
+def _add_asyncapi(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "asyncapi",
+        help="print an AsyncAPI 3.0 document of an App's topics and payloads",
+        description=(
+            "Import APP (module:attribute, as for 'run') and print an AsyncAPI 3.0 document "
+            "of it: a channel per topic, a receive operation per subscriber (a send "
+            "operation per publisher), payload schemas from the handlers' type hints "
+            "(Record[bytes|str|dict|<pydantic model>]). Nothing connects to Kafka."
+        ),
+    )
+    parser.add_argument("app", metavar="APP", help="the App to describe, as module:attribute")
+    parser.add_argument(
+        "--format",
+        choices=["json", "yaml"],
+        default="json",
+        help="json (default) or yaml (needs PyYAML: pip install pyyaml)",
+    )
+    parser.add_argument(
+        "--title", default=None, help="the document's info.title (default: the App's group_id)"
+    )
+    parser.add_argument(
+        "--version",
+        dest="doc_version",
+        default="1.0.0",
+        metavar="V",
+        help="the document's info.version, your API's version (default: 1.0.0)",
+    )
+    parser.set_defaults(run=_run_asyncapi)
+
+
+def _run_asyncapi(args: argparse.Namespace) -> int:
+    import json
+
+    from fairstream import load_app
+    from fairstream.asyncapi import asyncapi
+
+    if args.format == "yaml" and importlib.util.find_spec("yaml") is None:
+        raise ConfigError(
+            "--format", "yaml", "needs PyYAML, which is not installed", "run: pip install pyyaml"
+        )
+    document = asyncapi(load_app(args.app), title=args.title, version=args.doc_version)
+    if args.format == "yaml":
+        import yaml  # type: ignore[import-untyped]
+
+        print(yaml.safe_dump(document, sort_keys=False), end="")
+    else:
+        print(json.dumps(document, indent=2))
+    return 0
+
+
 # --- entry point --------------------------------------------------------------------
 
 
@@ -330,6 +384,7 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     add_bootstrap(parser, what="the cluster, for the commands that use one")
     parser.set_defaults(bootstrap=env.get("bootstrap"), env=env)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_asyncapi(commands)
     _add_broker(commands)
     add_backfill(commands)
     add_lag(commands)

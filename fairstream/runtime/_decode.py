@@ -24,6 +24,7 @@ __all__ = [
     "decoding_keys",
     "key_decoder_for",
     "passthrough",
+    "value_type_of",
 ]
 
 T_co = TypeVar("T_co", covariant=True)
@@ -105,6 +106,14 @@ def _decoder_of(value_type: Any) -> Decoder[Any] | None:
     if hasattr(value_type, "model_validate_json"):
         return _model(value_type)
     return None
+
+
+def value_type_of(handler: Callable[..., Any], *, batch: bool, decoder: Decoder[Any] | None) -> Any:
+    """The type a handler's record values decode into; ``None`` with an explicit decoder
+    (what it returns is its own business). For documents such as AsyncAPI."""
+    if decoder is not None:
+        return None
+    return _value_type(record_annotation(handler, record_parameter(handler, batch=batch)), batch)
 
 
 def decoder_for(

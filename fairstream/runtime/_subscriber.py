@@ -21,6 +21,7 @@ from fairstream.runtime._decode import (
     decoding_keys,
     key_decoder_for,
     passthrough,
+    value_type_of,
 )
 from fairstream.runtime._middleware import Middleware, compose
 
@@ -53,6 +54,9 @@ class Subscriber:
     ``"partition"``: a batch holds records of partitions with no dispatch in flight."""
     concurrency: int = 64
     """Records (dispatches, for batch handlers) of this subscriber in flight at once."""
+    value_type: Any = bytes
+    """The type of the values the handler gets (``Record[V]``'s ``V``); ``None`` for
+    an explicit ``decoder=`` (``fairstream asyncapi`` documents it as any payload)."""
 
     @property
     def keyed(self) -> bool:
@@ -103,6 +107,7 @@ def new_subscriber(
         parallel_rebalance=parallel_rebalance,
         ordering=settings.ordering,
         concurrency=settings.concurrency,
+        value_type=value_type_of(handler, batch=batch, decoder=decoder),
     )
 
 
