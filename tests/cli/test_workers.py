@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 from fairstream.testing import free_port
+from tests.cli.test_status_port import _ready
 from tests.conftest import Broker
 from tests.kafka_helpers import committed, create_topic, produce
 
@@ -80,19 +81,6 @@ async def _until_handled(log: Path, count: int, process: subprocess.Popen[bytes]
             await anyio.sleep(0.1)
 
 
-async def _ready(port: int) -> httpx.Response:
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
-        with anyio.fail_after(LIMIT):
-            while True:
-                try:
-                    response = await client.get("/ready")
-                except httpx.TransportError:
-                    response = None
-                if response is not None and response.status_code == 200:
-                    return response
-                await anyio.sleep(0.2)
-
-
 def _events(stderr: Path, event: str) -> list[str]:
     return [line for line in stderr.read_text().splitlines() if f'"event": "{event}"' in line]
 
@@ -120,7 +108,7 @@ async def test_two_workers_share_the_group_a_killed_one_comes_back_and_sigterm_s
     args = ["tests.cli.workers_app:app", "--workers", "2", "--bootstrap", own_noida.bootstrap]
     args += ["--http-port", str(port), "--http-host", "127.0.0.1", "--log-format", "json"]
     with _supervisor(args, env, stderr) as process:
-        await _ready(port)
+        await _ready(port, process)
         await produce(own_noida.bootstrap, topic, [(i % 4, b"x") for i in range(40)])
         await _until_handled(log, 40, process)
         first = _handled(log)
