@@ -182,7 +182,14 @@ class WorkersStatus:
             with anyio.fail_after(POLL_INTERVAL * 2):
                 _, health = await _get(port, "/health")
                 _, metrics = await _get(port, "/metrics")
-        except (OSError, TimeoutError, ValueError, IndexError, anyio.BrokenResourceError):
+        except (
+            OSError,
+            TimeoutError,
+            ValueError,
+            TypeError,
+            IndexError,
+            anyio.BrokenResourceError,
+        ):
             if self.ports.get(worker) == port:  # not answering (yet): starting, or dying
                 self._health[worker] = None
             return

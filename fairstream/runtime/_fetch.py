@@ -10,7 +10,10 @@ walks a heap of a million waiting records. Backpressure is *not pulling*: unlike
 in its queue (a queue target's worth at most) are still handled, and its offsets
 are committed as usual. The pause is this member's wish, kept until ``resume()``:
 it is applied again when the partition is assigned again (after a rebalance or a
-consumer rebuild), as long as this member owns it.
+consumer rebuild), as long as this member owns it. Two layers hold it: aiokafka's
+pause sends no fetch for the partition, and the pull in turn gives it no allowance,
+so a buffer aiokafka fetched before (or between an assignment and the pause
+applied again) waits in aiokafka until ``resume()``.
 
 A consumer whose group coordination died for good (``consumer_broken``) is
 replaced here: its partitions are released the usual way (``release_all``) and a

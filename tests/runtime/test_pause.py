@@ -92,3 +92,43 @@ async def test_pause_names_what_is_wrong() -> None:
         app.pause("payments", 0)
     with pytest.raises(ConfigError, match=r"partition.*not a partition number"):
         app.resume("orders", -1)
+
+
+async def test_the_pause_outlives_a_rebalance_that_gives_the_partition_back(
+    backend: Backend, group_id: str
+) -> None:
+    topic, other = await backend.create_topic(2), await backend.create_topic(1)
+    seen: dict[int, list[int]] = defaultdict(list)
+
+    def member(name: str, subscribed: str) -> App:
+        app = backend.app(
+            group_id=group_id,
+            instance_id=backend.instance_id(f"{group_id}-{name}"),
+            scheduler=SchedulerConfig(commit_interval=0.1),
+        )
+
+        @app.subscriber(subscribed)
+        async def handle(record: Record[bytes]) -> None:
+            if record.topic == topic:
+                seen[record.partition].append(record.offset)
+
+        return app
+
+    first = member("first", topic)
+    async with first:
+        with anyio.fail_after(LIMIT):
+            await first.wait_ready()
+        first.pause(topic, 0)
+        rebalances = first.stats().rebalances
+        # A member of another topic joins: the group rebalances, and the first member
+        # gets both partitions of its topic again (revoked and assigned anew).
+        async with member("second", other):
+            await _until(lambda: first.stats().rebalances > rebalances, "the rebalance")
+            await backend.produce(topic, [(0, b"a")] * 5)
+            for round_ in range(3):
+                await backend.produce(topic, [(1, b"a")] * 5)
+                await _until(lambda n=5 + 5 * round_: len(seen[1]) == n, "partition 1")
+            assert seen[0] == []
+            first.resume(topic, 0)
+            await _until(lambda: len(seen[0]) == 5, "partition 0 after resume")
+    assert seen[0] == list(range(5))
