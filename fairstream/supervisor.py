@@ -190,6 +190,7 @@ class _Supervisor:
                 return
             if worker in self._reloading:
                 self._reloading.discard(worker)
+                log.info("worker_reloaded", worker=worker, pid=process.pid, exit_code=code)
                 continue
             if self._plan.reload:
                 log.warning("worker_exited", worker=worker, exit_code=code, waiting_for="a change")

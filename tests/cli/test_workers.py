@@ -13,6 +13,7 @@ Kafka makes every member rejoin then).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -44,12 +45,12 @@ def _env(**extra: str) -> dict[str, str]:
 
 @contextmanager
 def _supervisor(
-    args: list[str], env: dict[str, str], stderr: Path
+    args: list[str], env: dict[str, str], stderr: Path, cwd: Path = REPO
 ) -> Iterator[subprocess.Popen[bytes]]:
     with stderr.open("w") as sink:
         process = subprocess.Popen(
             [sys.executable, "-m", "fairstream", "run", *args],
-            cwd=REPO,
+            cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -156,3 +157,50 @@ async def test_a_worker_failing_for_good_stops_all_once_with_its_status(
     assert not _events(stderr, "worker_restarting")
     assert 1 <= len(_events(stderr, "worker_failed")) <= 3
     assert "Traceback" not in text
+
+
+_RELOAD_APP = """
+import os
+
+from fairstream import App, Record
+
+VERSION = {version!r}
+app = App(group_id=os.environ["WORKERS_GROUP"])
+
+
+@app.subscriber(os.environ["WORKERS_TOPIC"])
+async def handle(record: Record[bytes]) -> None:
+    with open(os.environ["WORKERS_LOG"], "a") as log:
+        log.write(f"{{os.getpid()}} {{VERSION}} {{record.offset}}\\n")
+"""
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("watchfiles") is None,
+    reason="--reload needs the reload extra (watchfiles), not installed here",
+)
+async def test_reload_restarts_the_app_when_its_code_changes(
+    own_noida: Broker, tmp_path: Path
+) -> None:
+    topic, group = f"r-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    await create_topic(own_noida.bootstrap, topic, 1)
+    code, log, stderr = tmp_path / "reload_app.py", tmp_path / "handled.log", tmp_path / "err"
+    code.write_text(_RELOAD_APP.format(version="v1"))
+    env = _env(WORKERS_TOPIC=topic, WORKERS_GROUP=group, WORKERS_LOG=str(log))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    args = ["reload_app:app", "--reload", "--bootstrap", own_noida.bootstrap]
+    args += ["--log-format", "json"]
+    with _supervisor(args, env, stderr, cwd=tmp_path) as process:
+        await produce(own_noida.bootstrap, topic, [(0, b"x")])
+        await _until_handled(log, 1, process)
+        code.write_text(_RELOAD_APP.format(version="v2"))
+        await _until_event(stderr, "reload_files_changed")
+        await produce(own_noida.bootstrap, topic, [(0, b"x")])
+        await _until_handled(log, 2, process)
+        process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(LIMIT):
+            exit_code = await anyio.to_thread.run_sync(process.wait)
+    assert exit_code == 0, stderr.read_text()[-3000:]
+    (first, pid_1), (second, pid_2) = [(v, pid) for pid, v, _ in _handled(log)]
+    assert (first, second) == ("v1", "v2") and pid_1 != pid_2
+    assert not _events(stderr, "worker_restarting")  # a reload is not a death
