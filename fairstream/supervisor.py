@@ -91,7 +91,9 @@ class Supervision:
 
     def __post_init__(self) -> None:
         if self.workers < 1:
-            raise ConfigError("--workers", self.workers, "must be 1 or more")
+            raise ConfigError(
+                "--workers", self.workers, "must be 1 or more", "give the number of processes"
+            )
         if self.reload and self.workers > 1:
             raise ConfigError(
                 "--reload",
