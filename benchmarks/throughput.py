@@ -39,6 +39,14 @@ its own process and is not counted): on a shared machine a neighbour steals wall
 time but not much CPU time, so this column compares two versions of fairstream
 where the rates are too noisy to.
 
+A second table gives the steady state, from the first record handled to the last:
+records/s and this process's CPU per record over that span (read at the first and
+the last handler call; every way's consumer runs in this process), each paired with
+the raw way of the best steady median in the same repeat. The group join and the
+first fetch, the same for every way, fill most of a short run and pull the first
+table's ratios toward 1; the steady state is what a service pays all day
+(``benchmarks/notes/per_record_cost.md`` says where each microsecond goes).
+
 The embedded noida broker answers a fetch with everything up to the log end, so
 the raw loop's first ``getmany`` decodes the whole topic at once, and the garbage
 collector walks that growing heap of records again and again (a third of its
@@ -58,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import statistics
 import time
@@ -84,20 +93,29 @@ from fairstream import App, Record, SchedulerConfig, logs
 
 @dataclass(slots=True)
 class Tally:
-    """Counts handled records and notes when the first and the ``target``-th were handled."""
+    """Counts handled records and notes when the first and the ``target``-th were handled.
+
+    It also reads this process's CPU time at both, for the steady state: the records
+    after the first call (``first_count`` came with it) over the wall and CPU time
+    between the two calls.
+    """
 
     target: int
     seen: int = 0
     first: float = 0.0
+    first_cpu: float = 0.0
+    first_count: int = 0
     finished: float = 0.0
+    finished_cpu: float = 0.0
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     def add(self, count: int) -> None:
         if not self.seen:
-            self.first = time.perf_counter()
+            self.first, self.first_cpu = time.perf_counter(), time.process_time()
+            self.first_count = count
         self.seen += count
         if self.seen >= self.target and not self.finished:
-            self.finished = time.perf_counter()
+            self.finished, self.finished_cpu = time.perf_counter(), time.process_time()
             self.done.set()
 
 
@@ -135,6 +153,26 @@ class WarningCounter(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.count += 1
+
+
+class CollectorClock:
+    """Notes each pass of the garbage collector (``gc.callbacks``): when it began, its CPU."""
+
+    def __init__(self) -> None:
+        self.passes: list[tuple[float, float]] = []
+        self._began = (0.0, 0.0)
+        gc.callbacks.append(self._note)
+
+    def _note(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = (time.perf_counter(), time.process_time())
+        else:
+            at, cpu = self._began
+            self.passes.append((at, time.process_time() - cpu))
+
+    def cpu_between(self, start: float, end: float) -> float:
+        """CPU seconds of the passes that began between two ``perf_counter`` readings."""
+        return sum(cpu for at, cpu in self.passes if start <= at <= end)
 
 
 # --- the ways ------------------------------------------------------------------------
@@ -352,6 +390,12 @@ class Sample:
     first_seconds: float
     cpu_seconds: float
     warnings: int
+    steady_records: int
+    """Records handled after the first handler call (the steady state's)."""
+    steady_seconds: float
+    steady_cpu_seconds: float
+    steady_gc_seconds: float
+    """Of ``steady_cpu_seconds``, the garbage collector's."""
 
     @property
     def rate(self) -> float:
@@ -361,6 +405,20 @@ class Sample:
     def rate_stopped(self) -> float:
         return self.records / self.stopped_seconds
 
+    @property
+    def rate_steady(self) -> float:
+        return self.steady_records / self.steady_seconds
+
+    @property
+    def cpu_steady(self) -> float:
+        """CPU seconds of this process per record in the steady state."""
+        return self.steady_cpu_seconds / self.steady_records
+
+    @property
+    def gc_steady(self) -> float:
+        """The garbage collector's CPU seconds per record in the steady state."""
+        return self.steady_gc_seconds / self.steady_records
+
 
 async def measure(
     way: Way,
@@ -369,8 +427,10 @@ async def measure(
     ends: dict[TopicPartition, int],
     limit: float,
     warnings: WarningCounter,
+    collector: CollectorClock,
 ) -> Sample:
     warnings.count = 0
+    collector.passes.clear()
     began, cpu_began = time.perf_counter(), time.process_time()
     try:
         async with asyncio.timeout(limit):
@@ -395,6 +455,10 @@ async def measure(
         first_seconds=tally.first - began,
         cpu_seconds=cpu,
         warnings=warnings.count,
+        steady_records=tally.target - tally.first_count,
+        steady_seconds=tally.finished - tally.first,
+        steady_cpu_seconds=tally.finished_cpu - tally.first_cpu,
+        steady_gc_seconds=collector.cpu_between(tally.first, tally.finished),
     )
 
 
@@ -403,12 +467,46 @@ def spread(values: list[float], fmt: str) -> str:
     return " / ".join(format(v, fmt) for v in (ordered[0], statistics.median(ordered), ordered[-1]))
 
 
-def fastest_raw(by_way: dict[str, list[Sample]]) -> str | None:
-    """The raw aiokafka way with the best median rate in this run: raw aiokafka at its best."""
+def fastest_raw(
+    by_way: dict[str, list[Sample]], rate: Callable[[Sample], float] = lambda s: s.rate
+) -> str | None:
+    """The raw aiokafka way with the best median ``rate`` in this run: raw aiokafka at its best."""
     raw = {name: group for name, group in by_way.items() if group[0].way.raw}
     if not raw:
         return None
-    return max(raw, key=lambda name: statistics.median(s.rate for s in raw[name]))
+    return max(raw, key=lambda name: statistics.median(rate(s) for s in raw[name]))
+
+
+def print_steady(by_way: dict[str, list[Sample]]) -> None:
+    """The steady state: from the first record handled to the last, rate and CPU.
+
+    What a service pays all day, with the group join and the first fetch left out
+    (the same for every way, they fill most of a short run and pull the ratios
+    toward 1). The CPU is this process's, where the consumer runs (the broker has
+    its own), read at the first and the last handler call; both ratios are paired
+    with the raw way of the best median steady rate, in the same repeat.
+    """
+    baseline = fastest_raw(by_way, lambda s: s.rate_steady)
+    base = {s.repeat: s for s in by_way.get(baseline, [])} if baseline else {}
+    print(
+        f"\nSteady state, from the first record handled to the last; paired with "
+        f"{baseline or '(no raw way)'} in the same repeat."
+        "\n\n| way | runs | records/s min / median / max | ratio, paired "
+        "| CPU us/record min / median / max | CPU ratio, paired "
+        "| of which the garbage collector, us/record |"
+        "\n|---|---:|---:|---:|---:|---:|---:|"
+    )
+    for name, group in by_way.items():
+        paired = [s.rate_steady / base[s.repeat].rate_steady for s in group if s.repeat in base]
+        cpu = [s.cpu_steady / base[s.repeat].cpu_steady for s in group if s.repeat in base]
+        print(
+            f"| {name} | {len(group)} "
+            f"| {spread([s.rate_steady for s in group], ',.0f')} "
+            f"| {spread(paired, '.2f') if paired else '-'} "
+            f"| {spread([s.cpu_steady * 1e6 for s in group], '.2f')} "
+            f"| {spread(cpu, '.2f') if cpu else '-'} "
+            f"| {spread([s.gc_steady * 1e6 for s in group], '.2f')} |"
+        )
 
 
 def print_table(samples: list[Sample]) -> None:
@@ -452,16 +550,22 @@ def print_table(samples: list[Sample]) -> None:
             f"| {spread([s.cpu_seconds / s.records * 1e6 for s in group], '.2f')} "
             f"| {group[0].way.commits} | {sum(s.warnings for s in group)} |"
         )
+    print_steady(by_way)
 
 
 async def bench(args: argparse.Namespace, bootstrap: str, warnings: WarningCounter) -> None:
     """One table per partition count, each over a topic of its own."""
+    collector = CollectorClock()
     for partitions in args.partitions:
-        await bench_topic(args, partitions, bootstrap, warnings)
+        await bench_topic(args, partitions, bootstrap, warnings, collector)
 
 
 async def bench_topic(
-    args: argparse.Namespace, partitions: int, bootstrap: str, warnings: WarningCounter
+    args: argparse.Namespace,
+    partitions: int,
+    bootstrap: str,
+    warnings: WarningCounter,
+    collector: CollectorClock,
 ) -> None:
     topic = f"bench-throughput-{uuid.uuid4().hex[:8]}"
     began = time.perf_counter()
@@ -487,7 +591,7 @@ async def bench_topic(
                 max_batch=args.max_batch,
                 scheduler=args.scheduler,
             )
-            sample = await measure(way, repeat, run, ends, args.timeout, warnings)
+            sample = await measure(way, repeat, run, ends, args.timeout, warnings, collector)
             samples.append(sample)
             print(
                 f"run {repeat}/{args.repeat} {way.name}: {sample.records:,} records "
@@ -542,6 +646,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--timeout", type=float, default=300.0, help="seconds one run may take before failing"
     )
+    parser.add_argument(
+        "--gc-threshold",
+        type=int,
+        default=None,
+        help="the garbage collector's first-generation threshold for every way (Python's "
+        "default: 700); 10000 keeps it out of the steady state, to profile the rest",
+    )
     add_bootstrap_option(parser)
     args = parser.parse_args()
     if min(args.records, *args.partitions, args.repeat, args.faststream_records) <= 0:
@@ -552,6 +663,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    if args.gc_threshold is not None:
+        gc.set_threshold(args.gc_threshold, *gc.get_threshold()[1:])
     logs.configure("console", "WARNING")
     warnings = WarningCounter()
     aiokafka_log = logging.getLogger("aiokafka")

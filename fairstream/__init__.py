@@ -34,6 +34,7 @@ from fairstream.errors import (
     HandlerCancelled,
     HandlerError,
     HandoffFailed,
+    MembershipError,
     PlanError,
     StreamError,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "HandlerLatency",
     "HandoffFailed",
     "Health",
+    "MembershipError",
     "Middleware",
     "ParallelRebalance",
     "PartitionStats",

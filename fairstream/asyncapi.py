@@ -9,14 +9,16 @@ message's payload schema taken from the handler's type hint, as the decoder is:
 ``Record[dict]``/``list``/``int``/``float``/``bool`` JSON of that type, a pydantic
 model its ``model_json_schema()`` (models it names go to
 ``components/schemas``). A handler with its own ``decoder=`` gets an empty
-schema: any payload. Topics the app publishes to (registered publishers, each with
-a ``topic`` and the type it sends) get ``send`` operations the same way.
+schema: any payload. Each ``@app.publisher`` topic of a handler is a ``send``
+operation whose payload is the handler's return type (``Order | None`` sends an
+``Order``; no hint, any payload).
 The app's ``group_id`` is each receive operation's Kafka binding.
 """
 
 from __future__ import annotations
 
 import re
+import types
 import typing
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -70,33 +72,12 @@ def _key(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.\-_]", "_", text)
 
 
-def _published(app: App) -> Iterator[tuple[str, str, Any]]:
-    """(name, topic, value type) of each publisher registered on the app or its handlers.
-
-    Read by attribute (``publishers``, each with ``topic`` and a ``value_type`` or a
-    ``handler`` whose return type is sent), so any registration that records them
-    is documented.
-    """
-    holders: list[object] = [app, *app.subscribers]
-    for holder in holders:
-        for publisher in getattr(holder, "publishers", ()) or ():
-            topic = getattr(publisher, "topic", publisher)
-            if not isinstance(topic, str):
-                continue
-            handler = getattr(publisher, "handler", None) or getattr(holder, "handler", None)
-            value_type = getattr(publisher, "value_type", None)
-            if value_type is None and handler is not None:
-                value_type = _return_type(handler)
-            name = getattr(handler, "__qualname__", None) or getattr(holder, "name", topic)
-            yield str(name), topic, value_type
-
-
-def _return_type(handler: Any) -> Any:
-    """What a publishing handler returns, hence sends (``None``: unknown, any payload)."""
-    try:
-        return typing.get_type_hints(handler).get("return")
-    except Exception:  # a hint naming what exists only for type checkers
-        return None
+def _without_none(hint: Any) -> Any:
+    """``Order | None`` sends an ``Order`` (``None`` sends nothing)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        rest = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        return rest[0] if len(rest) == 1 else None
+    return hint
 
 
 def _operations(app: App) -> Iterator[_Operation]:
@@ -104,8 +85,11 @@ def _operations(app: App) -> Iterator[_Operation]:
         for topic in sub.topics:
             name = sub.name if len(sub.topics) == 1 else f"{sub.name}.{topic}"
             yield _Operation(name=name, action="receive", topic=topic, value_type=sub.value_type)
-    for name, topic, value_type in _published(app):
-        yield _Operation(name=f"{name}.publish", action="send", topic=topic, value_type=value_type)
+        for topic in sub.publishes:  # @app.publisher: what the handler returns
+            sent = _without_none(sub.result_type)
+            yield _Operation(
+                name=f"{sub.name}.{topic}", action="send", topic=topic, value_type=sent
+            )
 
 
 def asyncapi(app: App, *, title: str | None = None, version: str = "1.0.0") -> dict[str, Any]:

@@ -6,6 +6,7 @@
     ├── ConfigError(ValueError)     a setting, argument or environment variable is wrong
     ├── PlanError(ValueError)       the planner got inconsistent input (members, lags, ...)
     ├── BrokerError                 talking to Kafka failed; ``retriable`` as aiokafka says
+    │   └── MembershipError         the group will not keep this member as it is configured
     ├── HandlerError                a handler failed for good (after retries)
     ├── HandoffFailed               raised by a shadow handoff: it stopped at one record
     ├── CommitError                 an offset commit was refused or could not be sent
@@ -29,6 +30,7 @@ __all__ = [
     "FairstreamError",
     "HandlerError",
     "HandoffFailed",
+    "MembershipError",
     "PlanError",
     "StreamError",
     "describe",
@@ -111,6 +113,29 @@ class BrokerError(FairstreamError):
         if bootstrap:
             message = f"{message} (bootstrap {bootstrap})"
         super().__init__(message)
+
+
+class MembershipError(BrokerError):
+    """The group will not keep this member as it is configured: retrying cannot help.
+
+    Another process runs with the same static ``instance_id`` (the broker fences one
+    of the two, and a member that rejoined would fence the other in turn), or the
+    group chose a protocol this member never offered. ``group_id`` names the group,
+    ``instance_id`` the static member id (``None`` when that is not the problem),
+    ``hint`` what to change.
+    """
+
+    def __init__(
+        self, problem: str, *, group_id: str, instance_id: str | None = None, hint: str
+    ) -> None:
+        self.group_id = group_id
+        self.instance_id = instance_id
+        self.problem = problem
+        self.hint = hint
+        where = f"group {group_id!r}"
+        if instance_id is not None:
+            where += f", instance_id {instance_id!r}"
+        super().__init__(f"this member cannot stay in {where}: {problem}; {hint}")
 
 
 class HandlerError(FairstreamError):

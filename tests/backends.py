@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from fairstream import App
+from fairstream import App, ConsumerConfig
 from fairstream.testing import MemoryBroker
 from tests.kafka_helpers import committed, create_topic, produce, read_all
 
@@ -33,6 +33,12 @@ def _topic_name() -> str:
     return f"t-{uuid.uuid4().hex[:10]}"
 
 
+# tansu answers every JoinGroup round after half the session timeout (5 s under the
+# default 10 s, 3 s under 6 s, measured), so each test's first join waited 5 s there.
+# 6 s is the least a Kafka broker accepts (group.min.session.timeout.ms).
+_TANSU_CONSUMER = ConsumerConfig(session_timeout_ms=6_000, heartbeat_interval_ms=2_000)
+
+
 class KafkaBackend:
     """A real Kafka-protocol broker reached over the network."""
 
@@ -42,6 +48,8 @@ class KafkaBackend:
         self._static = not evicts_dead_members
 
     def app(self, **kwargs: Any) -> App:
+        if self.name == "tansu":
+            kwargs.setdefault("consumer", _TANSU_CONSUMER)
         return App(bootstrap=self.bootstrap, **kwargs)
 
     def instance_id(self, name: str) -> str | None:

@@ -1,7 +1,9 @@
 """Shared fixtures: one real broker per engine for the whole run, fresh names per test.
 
 Set ``FAIRSTREAM_BOOTSTRAP=host:port`` to run the same suite against an external
-cluster instead of the embedded engines.
+cluster instead of the embedded engines, or ``FAIRSTREAM_TEST_ENGINE=noida`` (or
+``tansu``) to run the engine-parametrized tests on that engine alone. Every test that
+needs a real broker is marked ``broker``, so ``-m "not broker"`` runs the rest.
 """
 
 from __future__ import annotations
@@ -12,12 +14,19 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
+import hypothesis
 import pytest
 import structlog
 
 from fairstream.testing import ENGINES, EmbeddedBroker, EngineInfo
 from tests.backends import Backend, KafkaBackend, MemoryBackend
 from tests.kafka_helpers import create_topic
+
+# Hypothesis fails an example that runs past 200 ms by default: a timing bound that a
+# loaded machine breaks (a Spark planning property failed so in a busy run). Speed is
+# measured by benchmarks, never by tests, so the suite runs without deadlines.
+hypothesis.settings.register_profile("fairstream", deadline=None)
+hypothesis.settings.load_profile("fairstream")
 
 EXTERNAL = os.environ.get("FAIRSTREAM_BOOTSTRAP")
 
@@ -47,7 +56,28 @@ class Broker:
         return None
 
 
-_ENGINE_PARAMS = ["external"] if EXTERNAL else list(ENGINES)
+ONLY_ENGINE = os.environ.get("FAIRSTREAM_TEST_ENGINE")
+_ENGINE_PARAMS = ["external"] if EXTERNAL else [ONLY_ENGINE] if ONLY_ENGINE else list(ENGINES)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if ONLY_ENGINE is not None and ONLY_ENGINE not in ENGINES:
+        raise pytest.UsageError(
+            f"FAIRSTREAM_TEST_ENGINE={ONLY_ENGINE!r} is not a broker engine; "
+            f"set it to one of {', '.join(sorted(ENGINES))}, or unset it for all"
+        )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``broker`` every test that reaches the embedded brokers through the fixtures
+    below, or is parametrized by ``engine``, whether or not its module says so; the
+    in-memory backend's cases are not."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        on_memory = params.get("backend") == "memory"
+        uses_brokers = "_brokers" in getattr(item, "fixturenames", ()) or "engine" in params
+        if uses_brokers and not on_memory:
+            item.add_marker(pytest.mark.broker)
 
 
 @pytest.fixture(autouse=True)

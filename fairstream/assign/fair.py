@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from fairstream.assign.model import Assignment, GroupSnapshot, TopicPartition
 
-__all__ = ["balance", "plan"]
+__all__ = ["balance", "even_counts", "plan"]
 
 Held = dict[str, dict[str, list[int]]]
 """member_id -> topic -> partitions it holds, in the order they were given."""
@@ -36,13 +36,19 @@ def plan(snapshot: GroupSnapshot, previous: Assignment | None = None) -> Assignm
     return Assignment.from_owners(snapshot.members, balance(snapshot, {}))
 
 
-def balance(snapshot: GroupSnapshot, kept: Mapping[TopicPartition, str]) -> dict[str, list[str]]:
+def balance(
+    snapshot: GroupSnapshot,
+    kept: Mapping[TopicPartition, str],
+    readers: dict[str, list[str]] | None = None,
+) -> dict[str, list[str]]:
     """Topic -> owner per partition: ``kept`` stays where possible, the rest is filled in.
 
     Every partition of ``kept`` must be valid for its member (present, subscribed);
     a kept partition only moves when a count-optimal plan cannot do without it.
+    ``readers`` is ``snapshot.subscribers()``, for a caller that has it already.
     """
-    readers = snapshot.subscribers()
+    if readers is None:
+        readers = snapshot.subscribers()
     load = dict.fromkeys(sorted(snapshot.members), 0)
     held: Held = {member_id: {} for member_id in load}
     for (topic, partition), member_id in sorted(kept.items()):
@@ -65,6 +71,14 @@ def balance(snapshot: GroupSnapshot, kept: Mapping[TopicPartition, str]) -> dict
             for partition in partitions:
                 owners[topic][partition] = member_id
     return owners
+
+
+def even_counts(
+    snapshot: GroupSnapshot, readers: dict[str, list[str]], held: Held, load: dict[str, int]
+) -> None:
+    """Make ``held`` count-optimal, moving the partitions each member was given last first."""
+    _level_off(snapshot, held, load, {})
+    _even_out(snapshot, readers, held, load, {})
 
 
 def _fill(
@@ -109,12 +123,9 @@ def _level_off(snapshot: GroupSnapshot, held: Held, load: dict[str, int], fixed:
     hungry = [m for m, n in load.items() if n < floor]
     for giver in [m for m, n in load.items() if n > ceiling]:
         for taker in hungry:
-            for topic in sorted(held[giver].keys() & snapshot.members[taker]):
-                want = min(load[giver] - ceiling, floor - load[taker])
-                if want <= 0:
-                    break
-                spare = _spare(held, fixed, giver, topic)
-                moved = _shift(held, giver, topic, taker, min(want, spare))
+            want = min(load[giver] - ceiling, floor - load[taker])
+            if want > 0:
+                moved = _spread(held, fixed, giver, taker, snapshot.members[taker], want)
                 load[giver] -= moved
                 load[taker] += moved
         hungry = [m for m in hungry if load[m] < floor]
@@ -150,18 +161,42 @@ def _even_out(
         amount = min((top - load[sink]) // 2, top - below)
         if len(found) == 1:
             # A direct move may take from every topic the two share, in one go.
-            left = amount
-            for topic in sorted(held[source]):
-                if left and topic in subscriptions[sink]:
-                    spare = _spare(held, fixed, source, topic)
-                    left -= _shift(held, source, topic, sink, min(left, spare))
-            amount -= left
+            amount = _spread(held, fixed, source, sink, subscriptions[sink], amount)
         else:
             amount = min(amount, *(_spare(held, fixed, giver, topic) for giver, topic, _ in found))
             for giver, topic, taker in found:
                 _shift(held, giver, topic, taker, amount)
         load[source] -= amount
         load[sink] += amount
+
+
+def _spread(
+    held: Held, fixed: Pinned, giver: str, taker: str, readable: frozenset[str], limit: int
+) -> int:
+    """Move up to ``limit`` partitions the taker can read, one topic at a time; say how many.
+
+    Each partition comes from the topic where the giver holds the most more than the
+    taker, so a joiner of a group reading two 12-partition topics gets 6 of each, as
+    Kafka's sticky assignor gives it, not 12 of one: equal counts, equal moves, and
+    every topic spread across its readers.
+    """
+    mine, theirs = held[giver], held[taker]
+    heap = [
+        (len(theirs.get(t, ())) - len(mine[t]), t)
+        for t in sorted(mine.keys() & readable)
+        if _spare(held, fixed, giver, t) > 0
+    ]
+    heapq.heapify(heap)
+    moved = 0
+    while heap and moved < limit:
+        difference, topic = heap[0]
+        _shift(held, giver, topic, taker, 1)
+        moved += 1
+        if _spare(held, fixed, giver, topic) > 0:
+            heapq.heapreplace(heap, (difference + 2, topic))
+        else:
+            heapq.heappop(heap)
+    return moved
 
 
 def _spare(held: Held, fixed: Pinned, member_id: str, topic: str) -> int:

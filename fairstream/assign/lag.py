@@ -1,29 +1,31 @@
-"""``lag``: KAFKA-5337's lag-aware assignor, balanced across topics.
+"""``lag``: KAFKA-5337's lag-aware assignor, count-balanced over each member's total.
 
-The seed keeps each topic's partitions spread evenly over that topic's
-subscribers (per-topic count spread <= 1) and, within that rule, hands heavy
-partitions to light members. It balances each topic on its own, though, so topic
-after topic gives its heaviest partition to the same member. This planner keeps
-the rule but minimises the largest *total* lag of any member across all topics:
+The rules, in order (where they conflict, the earlier one wins):
 
-1. deal each topic in rounds of one partition per subscriber, heaviest first,
-   and play all rounds of all topics heaviest-round first, each round matching
-   its heaviest partition with the currently lightest member;
-2. relieve the heaviest member by the best single swap (same topic) or transfer
-   (to a subscriber holding one partition fewer of that topic) until none helps;
-3. with a previous plan, also start from it (trimmed to the rule) and improve, so
-   equal lags leave partitions where they were;
-4. also run the seed's own per-topic greedy, and return the best of these plans
-   by (largest member lag, partitions moved): never worse than the seed.
+1. Count balance over each member's total, as ``fair`` and ``sticky`` have it: no
+   chain of moves takes a partition from a member holding ``a`` to one holding
+   ``a - 2`` or fewer. That holds Kafka's rule for its sticky assignors (no consumer
+   with 2+ fewer partitions than another can get one of that other's transferred to
+   it), and members sharing one subscription differ by at most one. A caught-up group
+   that scales out gives the new member its share.
+2. Lag balance: the smallest busiest-member lag the planner finds. It deals every
+   partition heaviest first, in rounds of one partition per subscriber of a topic,
+   heaviest round first, to the lightest subscriber whose count is still under its
+   count-optimal share; then it relieves the busiest member by the best swap (any two
+   partitions each side can read) or transfer (to a member holding one fewer: the two
+   counts trade places, so the plan stays as balanced) until none helps.
+3. Fewest moves. With a previous plan the planner also starts from ``sticky``'s plan
+   (previous owners keep all that count balance allows) with the partitions it has to
+   move re-dealt by lag, and improves that. A previous owner loses partitions beyond
+   that only when another plan lowers the busiest member's lag by more than
+   ``min_improvement`` (a fraction, default :data:`MIN_IMPROVEMENT`); among the plans
+   within that margin of the best, the one that moves fewest wins, and every moved
+   partition that can go back to its previous owner without changing the counts or
+   raising the busiest member's lag goes back.
 
 Stability. Lag read twice a second apart differs by a few percent, and every moved
-partition costs a revoke, a commit, a re-fetch and often a KIP-333 catch-up. So with
-a previous plan, the previous owners keep their partitions (only what count balance
-needs moves: a leaver's partitions, a joiner's share) unless another plan lowers the
-busiest member's lag by more than ``min_improvement`` (a fraction, default
-:data:`MIN_IMPROVEMENT`); among the plans within that margin of the best, the one
-that moves fewest partitions wins. ``min_improvement=0`` always takes the lowest
-busiest lag, as the planner did before it had the setting.
+partition costs a revoke, a commit, a re-fetch and often a KIP-333 catch-up, hence
+the margin; ``min_improvement=0`` always takes the lowest busiest lag found.
 
 Lag is end offset minus committed offset; without a commit, ``auto.offset.reset``
 decides (latest: 0, earliest: end minus log start). The runtime computes it; the
@@ -32,77 +34,31 @@ planner only reads numbers.
 
 from __future__ import annotations
 
-import heapq
-from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from bisect import bisect_left, insort
+from collections import Counter
+from collections.abc import Mapping
 
+from fairstream.assign.fair import balance, even_counts
+from fairstream.assign.layout import Caps, Layout, Owners, Quotas, Step, deal
 from fairstream.assign.model import Assignment, GroupSnapshot, TopicPartition
+from fairstream.assign.sticky import give_back, still_valid
 from fairstream.errors import ConfigError
 
 __all__ = ["MIN_IMPROVEMENT", "plan"]
 
 MIN_IMPROVEMENT = 0.1
 """Default margin a new plan must win by. Measured in ``benchmarks/assign_bench.py``:
-lag noise of +/-5% between two rebalances then moves ~1% of partitions instead of a
-third, and a kept plan is never more than 1 / (1 - 0.1) = 1.11x the best one found."""
+lag noise of +/-5% between two rebalances then moves almost nothing instead of a
+fifth of all partitions, and a kept plan is never more than 1 / (1 - 0.1) = 1.11x
+the best one found."""
 
-_RELIEF_BUDGET = 150_000
-"""(member, topic) holdings examined while improving one plan: keeps large groups fast,
-and is far more than small groups (where improvement matters most) ever use."""
+_RELIEF_BUDGET = 200_000
+"""Partitions examined while improving one plan: keeps large groups fast, and is far
+more than small groups (where improvement matters most) ever use."""
 
-
-_Step = tuple[str, int, str, int]
-"""One relief step: (topic, partition given, taker, partition returned or -1)."""
-
-
-class _Layout:
-    """A plan being built: owners per partition, partitions and total lag per member."""
-
-    __slots__ = ("count", "held", "lags", "owners", "total")
-
-    def __init__(self, members: Sequence[str], lags: Mapping[str, tuple[int, ...]]) -> None:
-        self.lags = lags
-        self.owners = {topic: [""] * len(values) for topic, values in lags.items()}
-        self.total = dict.fromkeys(sorted(members), 0)
-        self.count = dict.fromkeys(self.total, 0)
-        self.held: dict[str, dict[str, list[int]]] = {member_id: {} for member_id in self.total}
-
-    def give(self, topic: str, partition: int, member_id: str) -> None:
-        self.owners[topic][partition] = member_id
-        self.held[member_id].setdefault(topic, []).append(partition)
-        self.total[member_id] += self.lags[topic][partition]
-        self.count[member_id] += 1
-
-    def take(self, topic: str, partition: int) -> None:
-        member_id = self.owners[topic][partition]
-        self.held[member_id][topic].remove(partition)
-        self.total[member_id] -= self.lags[topic][partition]
-        self.count[member_id] -= 1
-
-    def apply(self, step: _Step) -> None:
-        """Move ``given`` to ``taker`` and, for a swap, ``returned`` back to its giver."""
-        topic, given, taker, returned = step
-        giver = self.owners[topic][given]
-        self.take(topic, given)
-        self.give(topic, given, taker)
-        if returned >= 0:
-            self.take(topic, returned)
-            self.give(topic, returned, giver)
-
-    def worst(self) -> int:
-        return max(self.total.values(), default=0)
-
-    def spread(self) -> int:
-        return max(self.count.values(), default=0) - min(self.count.values(), default=0)
-
-    def moves(self, before: Mapping[TopicPartition, str]) -> int:
-        return sum(
-            1
-            for (topic, partition), member_id in before.items()
-            if topic in self.owners
-            and partition < len(self.owners[topic])
-            and self.owners[topic][partition] != member_id
-        )
+_SEARCH_LIMIT = 20_000
+"""Partitions up to which the planner improves more starts: ``fair``'s or ``sticky``'s
+plan, and a deal stranded by mixed subscriptions once chains restore its counts."""
 
 
 def plan(
@@ -111,8 +67,8 @@ def plan(
     *,
     min_improvement: float = MIN_IMPROVEMENT,
 ) -> Assignment:
-    """Per-topic count spread <= 1, then the smallest largest member lag we can find,
-    moving partitions away from ``previous`` owners only for a gain above ``min_improvement``.
+    """Count balance over members, then the smallest busiest-member lag found, then the
+    fewest moves from ``previous`` (a move must win by more than ``min_improvement``).
 
     :raises ConfigError: ``min_improvement`` is not in [0, 1).
     """
@@ -121,22 +77,35 @@ def plan(
             "min_improvement", min_improvement, "must be at least 0 and below 1", "e.g. 0.1"
         )
     readers = snapshot.subscribers()
+    members = list(snapshot.members)
     lags = {topic: snapshot.topic_lags(topic) for topic in readers}
     before = previous.owner_map() if previous is not None else {}
-    candidates: list[_Layout] = []
-    steps: list[_Step] = []
+    kept = still_valid(snapshot, previous)
+    # ``fair``'s plan, or with a previous one ``sticky``'s: count-optimal, and a
+    # candidate itself, so ``lag`` never has a busier member than they have.
+    balanced = balance(snapshot, kept, readers)
+    give_back(snapshot, balanced, kept)
+    candidates = [Layout.of(members, lags, balanced)]
+    steps: list[Step] = []
+    start = candidates[0]
+    # Relief is a local search, and where it starts matters, with mixed subscriptions
+    # most: small groups try every start, large ones (where time counts) a re-plan
+    # only from the previous plan.
+    small = sum(len(values) for values in lags.values()) <= _SEARCH_LIMIT
     if previous is not None:
-        candidates.append(
-            _improve(_from_previous(snapshot, readers, lags, before), snapshot.members, steps)
-        )
-    candidates.append(_improve(_by_rounds(snapshot, readers, lags), snapshot.members))
-    candidates.append(_per_topic_greedy(snapshot, readers, lags))
+        start = _redealt(snapshot.members, readers, lags, kept, start)
+        candidates.append(_improve(start.copy(), snapshot.members, steps))
+    if previous is None or small:
+        for dealt in _dealt(snapshot, readers, lags, balanced, repair=small):
+            candidates.append(_improve(dealt, snapshot.members))
+    if small:
+        candidates.append(_improve(candidates[0].copy(), snapshot.members))
     lowest = min(candidate.worst() for candidate in candidates)
     if previous is not None:
-        # The previous owners, relieved one step at a time only until the plan is
-        # within the margin of the best: the fewest moves that are good enough. It is
-        # a prefix of the first candidate's path, so it is replayed, not searched again.
-        gentle = _from_previous(snapshot, readers, lags, before)
+        # The re-plan relieved one step at a time only until it is within the margin
+        # of the best: the fewest moves that are good enough. It is a prefix of the
+        # first candidate's path, so it is replayed, not searched again.
+        gentle = start.copy()
         for step in steps:
             if gentle.worst() * (1 - min_improvement) <= lowest:
                 break
@@ -145,153 +114,152 @@ def plan(
     # Integer lags: compare without rounding. A plan is good enough when the best
     # one does not beat it by more than the margin.
     close = [c for c in candidates if c.worst() * (1 - min_improvement) <= lowest]
-    best = min(
-        range(len(close)),
-        key=lambda i: (close[i].moves(before), close[i].worst(), close[i].spread(), i),
-    )
-    return Assignment.from_owners(snapshot.members, close[best].owners)
+    chosen = min(
+        enumerate(close),
+        key=lambda c: (c[1].moves(before), c[1].worst(), c[0]),
+    )[1]
+    if kept:
+        give_back(snapshot, chosen.owners, kept, cap=chosen.worst())
+    return Assignment.from_owners(snapshot.members, chosen.owners)
 
 
-def _heaviest_first(lags: Sequence[int]) -> list[int]:
-    return sorted(range(len(lags)), key=lambda partition: (-lags[partition], partition))
-
-
-def _by_rounds(
-    snapshot: GroupSnapshot, readers: dict[str, list[str]], lags: dict[str, tuple[int, ...]]
-) -> _Layout:
-    """Step 1: every topic dealt one partition per subscriber a round, heaviest rounds first."""
-    layout = _Layout(list(snapshot.members), lags)
-    rounds: list[tuple[int, str, int, list[int]]] = []
-    for topic, topic_readers in readers.items():
-        order = _heaviest_first(lags[topic])
-        for start in range(0, len(order), len(topic_readers)):
-            chunk = order[start : start + len(topic_readers)]
-            rounds.append((-lags[topic][chunk[0]], topic, start, chunk))
-    rounds.sort(key=lambda r: r[:3])
-    total, count = layout.total, layout.count
-    for _, topic, _, chunk in rounds:
-        # Equal lags (a quiet group) fall back to balancing partition counts.
-        takers = heapq.nsmallest(len(chunk), readers[topic], key=lambda m: (total[m], count[m], m))
-        for partition, member_id in zip(chunk, takers, strict=True):
-            layout.give(topic, partition, member_id)
-    return layout
-
-
-def _per_topic_greedy(
-    snapshot: GroupSnapshot, readers: dict[str, list[str]], lags: dict[str, tuple[int, ...]]
-) -> _Layout:
-    """The seed's algorithm: per topic, heaviest partition to (fewest, least lag) reader."""
-    layout = _Layout(list(snapshot.members), lags)
-    for topic, topic_readers in readers.items():
-        heap = [(0, 0, member_id) for member_id in topic_readers]
-        for partition in _heaviest_first(lags[topic]):
-            count, amount, member_id = heap[0]
-            heapq.heapreplace(heap, (count + 1, amount + lags[topic][partition], member_id))
-            layout.give(topic, partition, member_id)
-    return layout
-
-
-def _from_previous(
+def _dealt(
     snapshot: GroupSnapshot,
     readers: dict[str, list[str]],
     lags: dict[str, tuple[int, ...]],
-    before: Mapping[TopicPartition, str],
-) -> _Layout:
-    """Step 3: previous owners keep what the per-topic rule allows; the rest is filled in."""
-    layout = _Layout(list(snapshot.members), lags)
-    free: dict[str, list[int]] = {}
-    for topic, topic_readers in readers.items():
-        share, extra = divmod(len(lags[topic]), len(topic_readers))
-        kept: dict[str, list[int]] = {}
-        for partition in range(len(lags[topic])):
-            owner = before.get((topic, partition))
-            if owner is not None and topic in snapshot.members.get(owner, ()):
-                kept.setdefault(owner, []).append(partition)
-        for member_id in sorted(kept):
-            allowed = share + 1 if extra and len(kept[member_id]) > share else share
-            extra -= allowed > share
-            for partition in kept[member_id][:allowed]:
+    balanced: Owners,
+    *,
+    repair: bool,
+) -> list[Layout]:
+    """A fresh plan: everything dealt by lag under the count-optimal shares of ``balanced``.
+
+    Members with one subscription share their shares freely. With mixed subscriptions
+    that deal can strand a member whose topics others filled up first; then each
+    member is dealt exactly as many partitions of each topic as ``balanced`` gives it,
+    and with ``repair`` the stranded deal is a second start once chains (moving the
+    lightest partitions, dealt last) restore its counts.
+    """
+    members = list(snapshot.members)
+    counts = Counter(m for owners in balanced.values() for m in owners)
+    layout = Layout(members, lags)
+    subscriptions = {m: frozenset(topics) for m, topics in snapshot.members.items()}
+    caps = Caps(subscriptions, {m: counts[m] for m in members}, layout.count)
+    loose = {topic: list(range(len(values))) for topic, values in lags.items()}
+    # In a large group of mixed subscriptions that deal nearly always strands someone:
+    # skip it there.
+    if (repair or len(caps.low) == 1) and deal(layout, snapshot.members, readers, loose, caps):
+        return [layout]
+    starts = [Layout(members, lags)]
+    deal(starts[0], snapshot.members, readers, loose, Quotas(balanced))
+    if repair:
+        even_counts(snapshot, readers, layout.held, layout.count)
+        owners = {topic: [""] * len(values) for topic, values in lags.items()}
+        for member_id, topics in layout.held.items():
+            for topic, partitions in topics.items():
+                for partition in partitions:
+                    owners[topic][partition] = member_id
+        starts.append(Layout.of(members, lags, owners))
+    return starts
+
+
+def _redealt(
+    subscriptions: Mapping[str, frozenset[str]],
+    readers: dict[str, list[str]],
+    lags: dict[str, tuple[int, ...]],
+    kept: Mapping[TopicPartition, str],
+    settled: Layout,
+) -> Layout:
+    """``sticky``'s plan with the partitions it does not leave in place re-dealt by lag.
+
+    Each member is dealt as many as ``sticky`` gives it, so counts and moves stay;
+    where mixed subscriptions strand the deal, ``sticky``'s plan stays as it is.
+    """
+    layout = Layout(list(settled.count), lags)
+    loose: dict[str, list[int]] = {}
+    for topic, topic_owners in settled.owners.items():
+        for partition, member_id in enumerate(topic_owners):
+            if kept.get((topic, partition)) == member_id:
                 layout.give(topic, partition, member_id)
-        free[topic] = [p for p in _heaviest_first(lags[topic]) if not layout.owners[topic][p]]
-    for topic in sorted(free, key=lambda t: (-max((lags[t][p] for p in free[t]), default=0), t)):
-        if free[topic]:
-            _fill_topic(layout, topic, readers[topic], free[topic])
-    return layout
-
-
-def _fill_topic(layout: _Layout, topic: str, readers: list[str], free: list[int]) -> None:
-    """Give ``free`` (heaviest first) to the lightest readers the per-topic rule allows."""
-    share, extra = divmod(len(layout.owners[topic]), len(readers))
-    in_topic = {m: len(layout.held[m].get(topic, ())) for m in readers}
-    extra -= sum(1 for m in readers if in_topic[m] > share)
-    heap = [
-        (layout.total[m], layout.count[m], m) for m in readers if in_topic[m] < share + (extra > 0)
-    ]
-    heapq.heapify(heap)
-    for partition in free:
-        while in_topic[heap[0][2]] >= share + (extra > 0):
-            heapq.heappop(heap)
-        member_id = heapq.heappop(heap)[2]
-        layout.give(topic, partition, member_id)
-        in_topic[member_id] += 1
-        extra -= in_topic[member_id] > share
-        heapq.heappush(heap, (layout.total[member_id], layout.count[member_id], member_id))
+            else:
+                loose.setdefault(topic, []).append(partition)
+    caps = Caps({m: m for m in settled.count}, settled.count, layout.count)
+    return layout if deal(layout, subscriptions, readers, loose, caps) else settled
 
 
 def _improve(
-    layout: _Layout, subscriptions: Mapping[str, frozenset[str]], steps: list[_Step] | None = None
-) -> _Layout:
-    """Step 2: relieve the heaviest member, one best swap or transfer at a time;
-    each step taken is appended to ``steps``."""
-    total = layout.total
-    budget = _RELIEF_BUDGET
-    while budget > 0 and total:
-        giver = max(total, key=lambda m: (total[m], m))
-        lighter = sorted((m for m in total if total[m] < total[giver]), key=lambda m: (total[m], m))
-        budget -= len(lighter) // 8  # sorting costs about that many holdings' worth
-        for taker in lighter:
-            budget -= len(layout.held[giver])
+    layout: Layout,
+    subscriptions: Mapping[str, frozenset[str]],
+    steps: list[Step] | None = None,
+    *,
+    budget: int = _RELIEF_BUDGET,
+) -> Layout:
+    """Relieve the busiest member, one best swap or transfer at a time, until none
+    helps or ``budget`` partitions were examined; each step taken goes to ``steps``."""
+    total, count = layout.total, layout.count
+    # Members by (total lag, member_id): the busiest last, the lightest first.
+    order = sorted((lag, m) for m, lag in total.items())
+    while budget > 0 and order:
+        giver = order[-1][1]
+        for lag, taker in order:
+            if lag >= total[giver]:
+                return layout
+            budget -= count[giver] + count[taker]
             step = _relief(layout, giver, taker, subscriptions)
             if step is not None:
+                for member_id in (giver, taker):
+                    del order[bisect_left(order, (total[member_id], member_id))]
                 layout.apply(step)
+                for member_id in (giver, taker):
+                    insort(order, (total[member_id], member_id))
                 if steps is not None:
                     steps.append(step)
                 break
             if budget <= 0:
                 return layout
         else:
-            break
+            return layout
     return layout
 
 
 def _relief(
-    layout: _Layout, giver: str, taker: str, subscriptions: Mapping[str, frozenset[str]]
-) -> _Step | None:
+    layout: Layout, giver: str, taker: str, subscriptions: Mapping[str, frozenset[str]]
+) -> Step | None:
     """The swap or transfer that best evens ``giver`` and ``taker``, if one helps.
 
     Moving lag ``d`` from giver to taker lowers the pair's maximum exactly when
-    ``0 < d < gap``; the best ``d`` is the one nearest ``gap / 2``.
+    ``0 < d < gap``; the best ``d`` is the one nearest ``gap / 2``. A swap keeps both
+    counts; a transfer only goes to a member holding one fewer, so the two counts
+    trade places and count balance holds.
     """
     gap = layout.total[giver] - layout.total[taker]
-    options: list[tuple[int, str, int, int]] = []  # (|2d - gap|, topic, given, returned)
-    for topic, mine in sorted(layout.held[giver].items()):
-        if not mine or topic not in subscriptions[taker]:
+    lags = layout.lags
+    mine_readable, theirs_readable = subscriptions[giver], subscriptions[taker]
+    theirs = sorted(
+        (lags[topic][p], topic, p)
+        for topic, partitions in layout.held[taker].items()
+        if topic in mine_readable
+        for p in partitions
+    )
+    values = [value for value, _, _ in theirs]
+    transfer = layout.count[giver] == layout.count[taker] + 1
+    best: tuple[int, str, int, str, int] | None = None  # (|2d - gap|, topic, given, back)
+    for topic, mine in layout.held[giver].items():
+        if topic not in theirs_readable:
             continue
-        lags = layout.lags[topic]
-        theirs = sorted(layout.held[taker].get(topic, ()), key=lambda p: (lags[p], p))
-        values = [lags[p] for p in theirs]
         for partition in mine:
-            lag = lags[partition]
-            if len(mine) > len(theirs) and 0 < lag < gap:
-                options.append((abs(2 * lag - gap), topic, partition, -1))
+            lag = lags[topic][partition]
+            if transfer and 0 < lag < gap:
+                option = (abs(2 * lag - gap), topic, partition, "", -1)
+                best = option if best is None or option < best else best
             # The swap partner nearest lag - gap/2 is the best one; it helps only
             # if it also lies inside (lag - gap, lag).
             index = bisect_left(values, lag - gap / 2)
-            for near in theirs[max(index - 1, 0) : index + 1]:
-                d = lag - lags[near]
+            for value, back_topic, back in theirs[max(index - 1, 0) : index + 1]:
+                d = lag - value
                 if 0 < d < gap:
-                    options.append((abs(2 * d - gap), topic, partition, near))
-    if not options:
+                    option = (abs(2 * d - gap), topic, partition, back_topic, back)
+                    best = option if best is None or option < best else best
+    if best is None:
         return None
-    _, topic, given, returned = min(options)
-    return (topic, given, taker, returned)
+    _, topic, given, back_topic, returned = best
+    return (topic, given, taker, back_topic, returned)

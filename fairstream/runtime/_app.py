@@ -32,6 +32,7 @@ from fairstream.runtime._assignor_checks import (
 )
 from fairstream.runtime._clients import aiokafka_clients
 from fairstream.runtime._engine import Ack, Engine
+from fairstream.runtime._hooks import HookRegistry, Hooks
 from fairstream.runtime._middleware import Middleware, bind_app, check_middlewares, publish_hooks
 from fairstream.runtime._ports import KafkaClients
 from fairstream.runtime._record import Headers, Record, publish_bytes
@@ -69,7 +70,7 @@ async def _stop_on_signals(engine: Engine) -> None:
 
 
 @final
-class App(HandlerRegistry):
+class App(HandlerRegistry, HookRegistry):
     """A consumer group member with decorated handlers.
 
     >>> app = App(bootstrap="127.0.0.1:9092", group_id="orders", assignor="lag")
@@ -96,6 +97,12 @@ class App(HandlerRegistry):
     stopping at every join; a moving partition is revoked by its owner in one round
     and assigned in the next; ``"upgrade"`` is the first step of the rolling upgrade
     (README, "Cooperative rebalancing").
+
+    ``@app.publisher("topic")`` publishes a handler's return value;
+    ``@app.on_startup``/``@app.on_shutdown`` hooks and
+    ``@app.on_partitions_assigned``/``@app.on_partitions_revoked`` listeners run under
+    every way of running it (README, "Publishers, lifecycle hooks and rebalance
+    listeners").
 
     :raises ConfigError: for an unknown, repeated or missing assignor, a bad threshold,
         a ``replan_interval`` without ``lag`` or not above 0, a missing bootstrap,
@@ -148,6 +155,9 @@ class App(HandlerRegistry):
         self._publish_hooks = publish_hooks(self.middlewares)
         bind_app(self.middlewares, self)
         self._subscribers: list[Subscriber] = []
+        self._publishes = {}
+        self._rebuilds = {}
+        self._hooks = Hooks()
         self._engine: Engine | None = None
         self._clients: KafkaClients | None = None
         self._tasks: anyio.abc.TaskGroup | None = None
@@ -174,6 +184,7 @@ class App(HandlerRegistry):
             scheduler=self.scheduler_config,
             ack=self.ack,
             auto_offset_reset=self.consumer_config.auto_offset_reset,
+            listeners=self._hooks,
         )
         return self._engine
 
@@ -213,8 +224,13 @@ class App(HandlerRegistry):
             self._engine.request_stop()
 
     async def __aenter__(self) -> App:
-        engine = self._new_engine()
-        await engine.start()
+        await self._hooks.start()  # before any client is built: a failing hook leaves none
+        try:
+            engine = self._new_engine()
+            await engine.start()
+        except BaseException:
+            await self._hooks.stop()
+            raise
         self._failure = None
         self._tasks = anyio.create_task_group()
         await self._tasks.__aenter__()
@@ -238,7 +254,10 @@ class App(HandlerRegistry):
     ) -> bool:
         self.stop()
         tasks, self._tasks = self._tasks, None
-        suppressed = bool(tasks is not None and await tasks.__aexit__(exc_type, exc, tb))
+        try:
+            suppressed = bool(tasks is not None and await tasks.__aexit__(exc_type, exc, tb))
+        finally:
+            await self._hooks.stop()
         failure = self._failure
         if isinstance(failure, HandlerAborted) and isinstance(
             failure.cause, KeyboardInterrupt | SystemExit

@@ -28,8 +28,10 @@ from fairstream.runtime._direct_records import build_records_directly
 from fairstream.runtime._drift import watch_drift
 from fairstream.runtime._join import offer_all_at_once, report_join
 from fairstream.runtime._member_data import Handover
+from fairstream.runtime._membership import watch_membership
 from fairstream.runtime._ports import AppSettings, ConsumerPort, ShadowReader
 from fairstream.runtime._record import TP, Headers
+from fairstream.runtime._refused_commits import keep_member_on_refused_commit
 from fairstream.runtime._shadow_reader import AIOKafkaShadowReader, shadow_read_error
 from fairstream.runtime._static_leave import leave_when_stopped
 from fairstream.runtime._subscriber import Subscriber
@@ -178,11 +180,7 @@ class AIOKafkaClients:
         """Connect, check the topics exist, create missing dead-letter topics, subscribe."""
         await self._start_producer()
         await self._start(self._consumer, "consumer")
-        build_records_directly(self._consumer)
-        offer_all_at_once(self._consumer)
-        report_join(self._consumer, self._assignor)
-        if self._assignor.cooperative:
-            make_cooperative(self._consumer, self._assignor, rejoin_after_s=self._rejoin_after_s)
+        self._hook(self._consumer)
         existing = await self._consumer.topics()
         missing = sorted(set(topics) - existing)
         if missing:
@@ -197,6 +195,20 @@ class AIOKafkaClients:
         self._subscription = (list(topics), listener)
         self._subscribe()
 
+    def _hook(self, consumer: AIOKafkaConsumer) -> None:
+        """Fit a started group consumer with fairstream's hooks, before it subscribes.
+
+        :raises ConfigError: ``cooperative=True`` on an aiokafka it cannot hook.
+        """
+        build_records_directly(consumer)
+        offer_all_at_once(consumer)
+        report_join(consumer, self._assignor)
+        cooperative = self._assignor.cooperative
+        if cooperative:
+            make_cooperative(consumer, self._assignor, rejoin_after_s=self._rejoin_after_s)
+        keep_member_on_refused_commit(consumer, rejoin=not cooperative)
+        watch_membership(consumer, group_id=self.group_id, instance_id=self._instance_id)
+
     def _subscribe(self) -> None:
         assert self._subscription is not None, "start() subscribes first"
         topics, listener = self._subscription
@@ -208,11 +220,7 @@ class AIOKafkaClients:
         fresh = self._group_consumer()
         try:
             await self._start(fresh, "consumer")
-            build_records_directly(fresh)
-            offer_all_at_once(fresh)
-            report_join(fresh, self._assignor)
-            if self._assignor.cooperative:
-                make_cooperative(fresh, self._assignor, rejoin_after_s=self._rejoin_after_s)
+            self._hook(fresh)
         except BaseException:  # cancelled too: stop what start() opened (shadow_reader)
             with anyio.CancelScope(shield=True):
                 await stop_quietly(fresh.stop)

@@ -24,6 +24,23 @@ stopped while the group rebalances, even where the plan hands each partition bac
 A cooperative member commits while the group rebalances, which eager members never
 do. Kafka accepts such a commit until the new generation forms; noida answers it
 with ``ILLEGAL_GENERATION``, and aiokafka then resets the generation: every member
+would lose everything at every join. A refused commit resets nothing
+(:mod:`fairstream.runtime._refused_commits`, as Kafka's Java consumer does for a
+commit refused while the group rebalances): it is retried at the next commit, and
+the heartbeat, which goes on, says whether the group rebalances (the member rejoins
+with its member id) or fenced the member (aiokafka resets the generation: lost).
+Asking for a rejoin instead would loop: a refusal that arrives after the member
+joined the new generation starts one more rebalance, in which other members'
+commits are refused.
+
+The follow-up rejoin waits" below);
+- a member whose generation was reset (``UNKNOWN_MEMBER_ID``, ``ILLEGAL_GENERATION``:
+  it missed a rebalance, and another member may own its partitions now) loses them:
+  the listener's ``on_partitions_lost`` drops them without committing.
+
+A cooperative member commits while the group rebalances, which eager members never
+do. Kafka accepts such a commit until the new generation forms; noida answers it
+with ``ILLEGAL_GENERATION``, and aiokafka then resets the generation: every member
 would lose everything at every join. So a refused commit resets nothing here (as Kafka's
 Java consumer does for a commit refused while the group rebalances): it is retried
 at the next commit, and the heartbeat, which goes on, says whether the group
@@ -56,8 +73,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import weakref
-from contextvars import ContextVar
 from typing import Any, Protocol
 
 import structlog
@@ -83,7 +98,9 @@ _EXPECTED = {
     "_stop_commit_offsets_refresh_task": [],
     "start_commit_offsets_refresh_task": ["assignment"],
     "request_rejoin": [],
+    # Not called here, but a cooperative member needs _refused_commits to apply.
     "reset_generation": [],
+    "commit_offsets": ["assignment", "offsets"],
     "_do_commit_offsets": ["assignment", "offsets"],
 }
 """The coordinator methods this module replaces or calls, with their parameters."""
@@ -96,10 +113,6 @@ _FETCH_LOOP = {
 }
 """Functions of aiokafka's fetcher, with the private names they must use for
 :func:`_look_again_after_finished_fetches` to apply."""
-
-
-_COMMITTING: ContextVar[bool] = ContextVar("fairstream_cooperative_commit", default=False)
-"""Set in the task that sends a commit (aiokafka shields it: a task of its own)."""
 
 
 class Owner(Protocol):
@@ -170,38 +183,6 @@ def make_cooperative(consumer: Any, owner: Owner, *, rejoin_after_s: float) -> N
     hook = _Cooperative(coordinator, owner, rejoin_after_s)
     coordinator._on_join_prepare = hook.prepare
     coordinator._on_join_complete = hook.complete
-    commit, reset = coordinator._do_commit_offsets, coordinator.reset_generation
-    watched: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
-
-    async def commit_offsets(assignment: Any, offsets: Any) -> Any:
-        # aiokafka runs this under asyncio.shield: when the commit's caller gave up
-        # (commit_timeout), a refusal (ILLEGAL_GENERATION while noida prepares a
-        # rebalance) ended a task nobody awaits, and asyncio printed "Task exception
-        # was never retrieved" with its traceback. The caller logs what it sees.
-        task = asyncio.current_task()
-        if task is not None and task not in watched:  # once per task, however long it lives
-            watched.add(task)
-            task.add_done_callback(_retrieve)
-        token = _COMMITTING.set(True)
-        try:
-            return await commit(assignment, offsets)
-        finally:
-            _COMMITTING.reset(token)
-
-    def reset_generation() -> None:
-        if not _COMMITTING.get():
-            reset()
-            return
-        log.info("cooperative_commit_refused", generation=coordinator.generation)
-
-    coordinator._do_commit_offsets = commit_offsets
-    coordinator.reset_generation = reset_generation
-
-
-def _retrieve(task: asyncio.Task[Any]) -> None:
-    """Mark a finished commit task's outcome as seen (see ``commit_offsets``)."""
-    if not task.cancelled():
-        task.exception()
 
 
 def _look_again_after_finished_fetches(fetcher: Any) -> None:

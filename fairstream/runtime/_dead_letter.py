@@ -7,16 +7,34 @@ letters keep it flowing, so the copy sheds its largest part (value, the record's
 headers, key), then the next, until it fits; each dropped part is recorded as
 ``fairstream.<part>.dropped=<bytes>``. The original stays in its topic until retention
 removes it, and the source headers say where.
+
+The failure is told by ``fairstream.error.type``, ``.message`` (its first
+:data:`MESSAGE_LIMIT` characters: a validation error's every field and reason fit) and
+``.traceback``: Python's traceback of the error, chained causes included, cut to its
+last :data:`TRACEBACK_LIMIT` bytes, where the frame that raised and the error are.
 """
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
 from fairstream.runtime._record import Headers
 
-__all__ = ["DeadLetterCopy", "dead_letter_copies", "dead_letter_headers"]
+__all__ = [
+    "MESSAGE_LIMIT",
+    "TRACEBACK_LIMIT",
+    "DeadLetterCopy",
+    "bounded_traceback",
+    "dead_letter_copies",
+    "dead_letter_headers",
+]
+
+MESSAGE_LIMIT = 4000
+"""Characters of the error message kept in ``fairstream.error.message``."""
+TRACEBACK_LIMIT = 4096
+"""Bytes of the traceback kept in ``fairstream.error.traceback``: its end, where it raised."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,11 +47,26 @@ class DeadLetterCopy:
     dropped: tuple[tuple[str, int], ...] = ()
 
 
+def bounded_traceback(error: BaseException) -> bytes:
+    """The traceback of ``error`` as UTF-8, its last :data:`TRACEBACK_LIMIT` bytes at most.
+
+    The end is kept: the innermost frames and the error line say most; a cut start
+    begins with ``...``.
+    """
+    text = "".join(traceback.format_exception(error)).encode("utf-8", "replace")
+    if len(text) <= TRACEBACK_LIMIT:
+        return text
+    tail = text[len(text) - TRACEBACK_LIMIT + 4 :]
+    # Cut at a line start, so no frame line (or UTF-8 character) is split.
+    return b"...\n" + tail[tail.find(b"\n") + 1 :]
+
+
 def _failure_headers(raw: Any, error: BaseException, attempts: int) -> Headers:
-    message = str(error)[:1000]
+    message = str(error)[:MESSAGE_LIMIT]
     return (
         ("fairstream.error.type", type(error).__name__.encode()),
         ("fairstream.error.message", message.encode("utf-8", "replace")),
+        ("fairstream.error.traceback", bounded_traceback(error)),
         ("fairstream.source.topic", raw.topic.encode()),
         ("fairstream.source.partition", str(raw.partition).encode()),
         ("fairstream.source.offset", str(raw.offset).encode()),

@@ -7,6 +7,7 @@ an explicit ``decoder=``, so the per-record path does no type inspection.
 
 from __future__ import annotations
 
+import inspect
 import json
 import types
 import typing
@@ -24,6 +25,7 @@ __all__ = [
     "decoding_keys",
     "key_decoder_for",
     "passthrough",
+    "result_type_of",
     "value_type_of",
 ]
 
@@ -73,10 +75,33 @@ def _model(model: Any) -> Decoder[Any]:
         try:
             return model.model_validate_json(raw)
         except ValueError as exc:  # pydantic.ValidationError is a ValueError
-            first = str(exc).splitlines()
-            raise DecodeError(f"value is not a valid {model.__name__}: {first[0]}") from exc
+            raise DecodeError(
+                f"value is not a valid {model.__name__}: {_validation_errors(exc)}"
+            ) from exc
 
     return decode
+
+
+def _validation_errors(exc: ValueError) -> str:
+    """Every field and reason of a pydantic ``ValidationError``, on one line.
+
+    ``2 validation errors: qty: Input should be a valid integer (input: 'x'); sku: Field
+    required`` - a dead letter's message and the log line say what to fix in each field,
+    not only that something failed. Another ``ValueError`` keeps its own text.
+    """
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return str(exc)
+    details = errors(include_url=False)
+    parts = []
+    for error in details:
+        field = ".".join(str(part) for part in error["loc"]) or "(value)"
+        reason = f"{field}: {error['msg']}"
+        if error["type"] != "missing":
+            reason += f" (input: {error['input']!r:.80})"
+        parts.append(reason)
+    count = f"{len(details)} validation error{'s' if len(details) != 1 else ''}"
+    return f"{count}: {'; '.join(parts)}"
 
 
 def _record_args(hint: Any, batch: bool) -> tuple[Any, ...]:
@@ -114,6 +139,15 @@ def value_type_of(handler: Callable[..., Any], *, batch: bool, decoder: Decoder[
     if decoder is not None:
         return None
     return _value_type(record_annotation(handler, record_parameter(handler, batch=batch)), batch)
+
+
+def result_type_of(handler: Callable[..., Any]) -> Any:
+    """What a handler's hint says it returns (``None``: no hint, or one that does not
+    resolve at run time); what ``@app.publisher`` sends, for documents."""
+    try:
+        return typing.get_type_hints(inspect.unwrap(handler)).get("return")
+    except Exception:  # a hint naming what exists only for type checkers
+        return None
 
 
 def decoder_for(

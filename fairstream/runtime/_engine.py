@@ -28,6 +28,7 @@ from fairstream.errors import FairstreamError
 from fairstream.runtime._commit import Committer
 from fairstream.runtime._fetch import Fetcher
 from fairstream.runtime._handling import DispatchRunner
+from fairstream.runtime._hooks import Hooks
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._ports import DriftWatcher, KafkaClients, ShadowClients
 from fairstream.runtime._reachability import BrokerWatch
@@ -57,11 +58,13 @@ class Engine:
         scheduler: SchedulerConfig,
         ack: Ack,
         auto_offset_reset: OffsetReset = "earliest",
+        listeners: Hooks | None = None,
     ) -> None:
         self.group_id = group_id
         self._reset = auto_offset_reset
         self._clients = clients
         self._config = scheduler
+        self._listeners = listeners or Hooks()
         # One worker per dispatch in flight; a keyed lane's worker only admits records.
         self._worker_count = max([scheduler.concurrency, *(s.concurrency for s in subscribers)])
         # KIP-333: a shadow may hold half the handler slots (at least one), never all.
@@ -133,6 +136,7 @@ class Engine:
             running_on=self._workers.running_on,
             assigned=self._fetcher.assigned,
             fail=self._fail,
+            listeners=self._listeners,
         )
         self._topics = sorted({topic for sub in subscribers for topic in sub.topics})
         self._watch = BrokerWatch(lambda: clients.partition_counts(self._topics))
@@ -198,6 +202,8 @@ class Engine:
                 await self._drain()
                 tasks.cancel_scope.cancel()
             await self._final_commit()
+            # Leaving the group gives the partitions up: their listeners, as on a revoke.
+            await self._listeners.partitions_revoked(set(self._offsets.partitions))
         finally:
             self.state = "stopped"
             self.connected = False

@@ -43,6 +43,7 @@ from aiokafka.errors import KafkaError
 
 from fairstream.config import SchedulerConfig
 from fairstream.errors import BrokerError, FairstreamError, describe
+from fairstream.runtime._membership import MembershipRefused
 from fairstream.runtime._ports import KafkaClients, consumer_broken
 from fairstream.runtime._pull_in_turn import InTurn, pull_in_turn
 from fairstream.runtime._record import TP, Record, as_records, record_bytes
@@ -285,7 +286,14 @@ class Fetcher:
                 in_turn.wake()  # the handlers are running out of work: take the trickles
 
     async def _failed(self, exc: KafkaError) -> bool:
-        """Wait out a retriable error or rebuild a broken consumer; ``False``: stop fetching."""
+        """Wait out a retriable error or rebuild a broken consumer; ``False``: stop fetching.
+
+        A member its group will not keep stops: a rebuilt consumer would rejoin and,
+        with a duplicated instance id, fence the other process in turn.
+        """
+        if isinstance(exc, MembershipRefused):
+            self._fail(exc.error)
+            return False
         if getattr(exc, "retriable", False):
             log.warning("fetch_failed", reason=str(exc))
             await anyio.sleep(0.5)

@@ -21,6 +21,7 @@ from aiokafka.structs import OffsetAndMetadata
 from fairstream.config import OffsetReset
 from fairstream.errors import FairstreamError, describe
 from fairstream.ranges import decode_shadow, to_commit
+from fairstream.runtime._hooks import Hooks
 from fairstream.runtime._jumps import Jumps
 from fairstream.runtime._offsets import OffsetTracker, Unsaved
 from fairstream.runtime._ports import KafkaClients, ShadowClients
@@ -44,7 +45,8 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
 
     ``commit`` commits the watermarks of some partitions; ``running_on`` lists the
     dispatches in flight on some partitions; ``assigned`` tells the fetcher it has
-    partitions to pull; ``fail`` stops the app with an error.
+    partitions to pull; ``fail`` stops the app with an error; ``listeners`` are the
+    app's rebalance listeners (:mod:`~fairstream.runtime._hooks`).
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         running_on: Callable[[Collection[TP]], list[InFlight]],
         assigned: Callable[[], None],
         fail: Callable[[FairstreamError], None],
+        listeners: Hooks,
     ) -> None:
         self.group_id = group_id
         self._clients = clients
@@ -81,6 +84,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         self._running_on = running_on
         self._assigned = assigned
         self._fail = fail
+        self._listeners = listeners
         self._jumps = Jumps(
             clients=clients,
             subscribers=subscribers,
@@ -158,6 +162,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         self._stats.rebalances += 1
         self.joined.set()
         log.info("partitions_assigned", group_id=self.group_id, partitions=sorted(tps))
+        await self._listeners.partitions_assigned(tps)
 
     async def _read_offsets(
         self,
@@ -254,6 +259,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         self._offsets.forget(tps)
         self._stats.forget(tps)
         log.info("partitions_revoked", group_id=self.group_id, partitions=sorted(tps))
+        await self._listeners.partitions_revoked(tps)
 
     async def lose(self, tps: set[TP]) -> None:
         """Drop ``tps`` at once, committing nothing: this member missed a generation.
@@ -273,6 +279,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         self._offsets.forget(tps)
         self._stats.forget(tps)
         log.warning("partitions_lost", group_id=self.group_id, partitions=sorted(tps))
+        await self._listeners.partitions_revoked(tps)
 
     def _keep_unsaved(self, tps: set[TP]) -> None:
         """Keep what was handled of ``tps`` past the broker's commit, and report it."""

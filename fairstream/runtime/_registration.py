@@ -23,17 +23,18 @@ from fairstream.errors import ConfigError
 from fairstream.runtime._decode import Decoder
 from fairstream.runtime._engine import Ack
 from fairstream.runtime._middleware import Middleware, bind_app
+from fairstream.runtime._publisher import PublisherRegistry, PublishResult
 from fairstream.runtime._record import Record
 from fairstream.runtime._subscriber import Subscriber, new_subscriber, parallel_rebalance_setting
 
 __all__ = ["HandlerRegistry"]
 
-H = TypeVar("H", bound=Callable[..., Awaitable[None]])
-RecordHandler = TypeVar("RecordHandler", bound=Callable[[Record[Any, Any]], Awaitable[None]])
-BatchHandler = TypeVar("BatchHandler", bound=Callable[[list[Record[Any, Any]]], Awaitable[None]])
+H = TypeVar("H", bound=Callable[..., Awaitable[object]])
+RecordHandler = TypeVar("RecordHandler", bound=Callable[[Record[Any, Any]], Awaitable[object]])
+BatchHandler = TypeVar("BatchHandler", bound=Callable[[list[Record[Any, Any]]], Awaitable[object]])
 
 
-class HandlerRegistry:
+class HandlerRegistry(PublisherRegistry):
     """The subscribers of an app, and the decorator that adds them.
 
     The app sets the defaults below in its ``__init__``; each subscriber reads
@@ -47,6 +48,7 @@ class HandlerRegistry:
     ack: Ack
     middlewares: tuple[Middleware, ...]
     _subscribers: list[Subscriber]
+    publish: PublishResult
 
     @overload
     def subscriber(
@@ -146,22 +148,29 @@ class HandlerRegistry:
         )
 
         def register(handler: H) -> H:
-            self._subscribers.append(
-                new_subscriber(
-                    handler,
-                    topics=tuple(topics),
-                    batch=batch,
-                    settings=settings,
-                    decoder=decoder,
-                    key_decoder=key_decoder,
-                    retry=retry or self.retry,
-                    dead_letter=policy,
-                    parallel_rebalance=catch_up,
-                    middlewares=(*self.middlewares, *middlewares),
-                )
+            index = len(self._subscribers)
+            self._subscribers.append(build(handler))
+            self._rebuilds.setdefault(handler, []).append(
+                lambda: self._subscribers.__setitem__(index, build(handler))
             )
             bind_app(middlewares, self)
             return handler
+
+        def build(handler: H) -> Subscriber:
+            return new_subscriber(
+                handler,
+                topics=tuple(topics),
+                batch=batch,
+                settings=settings,
+                decoder=decoder,
+                key_decoder=key_decoder,
+                retry=retry or self.retry,
+                dead_letter=policy,
+                parallel_rebalance=catch_up,
+                middlewares=(*self.middlewares, *middlewares),
+                publishes=self._publishes.get(handler, ()),
+                publish=self.publish,
+            )
 
         return register
 

@@ -55,6 +55,10 @@ async def call_with_retry(
         try:
             await handler(argument)
         except Exception as exc:
+            if exc.__context__ is first_error:
+                # Retried inside the caller's except block, each error would chain the first
+                # attempt's as its context: the traceback shows the last one.
+                exc.__suppress_context__ = True
             error = exc
         except asyncio.CancelledError as exc:
             error = stray_cancellation(exc)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from fairstream.config import (
     DeadLetterPolicy,
@@ -21,9 +21,11 @@ from fairstream.runtime._decode import (
     decoding_keys,
     key_decoder_for,
     passthrough,
+    result_type_of,
     value_type_of,
 )
 from fairstream.runtime._middleware import Middleware, compose
+from fairstream.runtime._publisher import PublishResult, check_publishes, publishing
 
 __all__ = ["Handler", "Subscriber", "new_subscriber", "parallel_rebalance_setting"]
 
@@ -54,9 +56,13 @@ class Subscriber:
     ``"partition"``: a batch holds records of partitions with no dispatch in flight."""
     concurrency: int = 64
     """Records (dispatches, for batch handlers) of this subscriber in flight at once."""
+    publishes: tuple[str, ...] = ()
+    """The topics its handler's return values are published to (``@app.publisher``)."""
     value_type: Any = bytes
     """The type of the values the handler gets (``Record[V]``'s ``V``); ``None`` for
     an explicit ``decoder=`` (``fairstream asyncapi`` documents it as any payload)."""
+    result_type: Any = None
+    """What the handler returns, as hinted (``None``: no hint), which a publisher sends."""
 
     @property
     def keyed(self) -> bool:
@@ -65,7 +71,7 @@ class Subscriber:
 
 
 def new_subscriber(
-    handler: Callable[..., Awaitable[None]],
+    handler: Callable[..., Awaitable[object]],
     *,
     topics: tuple[str, ...],
     batch: bool,
@@ -76,15 +82,18 @@ def new_subscriber(
     dead_letter: DeadLetterPolicy,
     parallel_rebalance: ParallelRebalance | None,
     middlewares: Sequence[Middleware],
+    publishes: tuple[str, ...] = (),
+    publish: PublishResult | None = None,
 ) -> Subscriber:
     """What ``@app.subscriber(...)`` registers for ``handler``, checked once, here.
 
     ``middlewares`` are the app's then the subscriber's, the first outermost. Keys are
     decoded (when asked) before the outermost one, so every middleware sees the
-    record the handler gets.
+    record the handler gets. With ``publishes``, the handler's result is sent there
+    through ``publish`` inside the innermost one (:mod:`~fairstream.runtime._publisher`).
 
     :raises ConfigError: a sync handler, one that does not take exactly one record
-        (list), or an unresolvable hint.
+        (list), an unresolvable hint, or publisher topics on a batch handler.
     """
     if not inspect.iscoroutinefunction(handler):
         raise ConfigError(
@@ -93,7 +102,14 @@ def new_subscriber(
             "is not an async function",
             "define it with 'async def'",
         )
-    chain = compose(handler, middlewares)
+    check_publishes(handler, publishes, batch=batch)
+    # What a handler returns is ignored, unless a publisher sends it.
+    inner = (
+        cast(Handler, handler)
+        if not publishes or publish is None
+        else publishing(handler, publishes, publish)
+    )
+    chain = compose(inner, middlewares)
     keys = key_decoder_for(handler, batch=batch, key_decoder=key_decoder)
     return Subscriber(
         name=getattr(handler, "__qualname__", repr(handler)),
@@ -107,7 +123,9 @@ def new_subscriber(
         parallel_rebalance=parallel_rebalance,
         ordering=settings.ordering,
         concurrency=settings.concurrency,
+        publishes=publishes,
         value_type=value_type_of(handler, batch=batch, decoder=decoder),
+        result_type=result_type_of(handler) if publishes else None,
     )
 
 

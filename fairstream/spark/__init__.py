@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         submit_shadow_backfill,
     )
     from fairstream.spark.handlers import BackfillRecord, Handler
+    from fairstream.spark.listener import GroupCommitter
     from fairstream.spark.source import FairstreamDataSource, read_chunks
     from fairstream.spark.stream import register
 
@@ -41,6 +42,7 @@ __all__ = [
     "BackfillRecord",
     "BackfillResult",
     "FairstreamDataSource",
+    "GroupCommitter",
     "Handler",
     "build_session",
     "read_chunks",
@@ -54,6 +56,7 @@ _HOMES = {
     "BackfillRecord": "handlers",
     "BackfillResult": "backfill",
     "FairstreamDataSource": "source",
+    "GroupCommitter": "listener",
     "Handler": "handlers",
     "build_session": "backfill",
     "read_chunks": "source",

@@ -1,10 +1,14 @@
 """The driver's Kafka I/O: read the group's partition states, commit after the job.
 
-Both use one short-lived confluent-kafka consumer carrying the group id but never
-subscribing, so it reads and commits offsets without joining the group. Kafka
-accepts such a commit only while the group has no live members; a running
-fairstream app hands its shadow ranges to :func:`~fairstream.spark.submit_shadow_backfill`
-and commits them itself instead.
+A :class:`GroupClient` is a confluent-kafka consumer carrying the group id but never
+subscribing, so it reads and commits offsets without joining the group, and an admin
+client that asks every partition's log start and end in one ``ListOffsets`` request
+per broker (not a round trip per partition: at hundreds of partitions those add up to
+seconds on a real network). A backfill uses one for a call (:func:`read_states`,
+:func:`commit`); a streaming query's driver keeps one between triggers. Kafka accepts
+such a commit only while the group has no live members; a running fairstream app
+hands its shadow ranges to :func:`~fairstream.spark.submit_shadow_backfill` and
+commits them itself instead.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -22,10 +26,12 @@ from fairstream.spark.planning import PartitionCommit, PartitionState
 
 try:
     from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin._listoffsets import OffsetSpec  # admin's re-export is untyped
 except ImportError as exc:
     raise missing_extra(exc) from exc
 
-__all__ = ["commit", "kafka_logger", "read_states"]
+__all__ = ["GroupClient", "commit", "kafka_logger", "read_states"]
 
 log = structlog.get_logger(__name__)
 
@@ -36,23 +42,142 @@ kafka_logger.addHandler(logging.NullHandler())
 _NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group never committed here
 
 
+class GroupClient:
+    """A group's offsets and its topics' log starts and ends, without joining it."""
+
+    def __init__(self, bootstrap: str, group_id: str, kafka_config: Mapping[str, str]) -> None:
+        self.bootstrap = bootstrap
+        self.group_id = group_id
+        config = {**kafka_config, "bootstrap.servers": bootstrap, "logger": kafka_logger}
+        try:
+            self.consumer = Consumer({**config, "group.id": group_id, "enable.auto.commit": False})
+            self.admin = AdminClient(cast(dict[str, Any], config))
+        except KafkaException as exc:
+            raise ConfigError(
+                "kafka_config", kafka_config, str(exc), "fix the client setting"
+            ) from exc
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def topic_names(self, *, timeout: float = 15.0) -> list[str]:
+        """Every topic on the cluster (for a subscription by pattern)."""
+        try:
+            return list(self.consumer.list_topics(timeout=timeout).topics)
+        except KafkaException as exc:
+            raise self._failed("cannot list the cluster's topics", exc) from exc
+
+    def states(
+        self, topics: Sequence[str], *, timeout: float = 15.0, quiet: bool = False
+    ) -> list[PartitionState]:
+        """Watermarks, committed offset and commit metadata of every partition of ``topics``.
+
+        ``quiet`` logs nothing (the streaming source reads the states every batch).
+
+        :raises ConfigError: a topic does not exist.
+        :raises BrokerError: the cluster did not answer within ``timeout`` seconds.
+        """
+        try:
+            wanted = []
+            for topic in topics:
+                metadata = self.consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+                if metadata is None or metadata.error is not None or not metadata.partitions:
+                    raise ConfigError(
+                        "topics", topic, "no such topic on the cluster", "check its name"
+                    )
+                wanted += [TopicPartition(topic, p) for p in sorted(metadata.partitions)]
+            committed = self.consumer.committed(wanted, timeout=timeout)
+            earliest, latest = OffsetSpec.earliest(), OffsetSpec.latest()  # type: ignore[no-untyped-call]
+            starts = self._log_offsets(wanted, earliest, timeout)
+            ends = self._log_offsets(wanted, latest, timeout)
+        except KafkaException as exc:
+            raise self._failed(f"cannot read offsets of group {self.group_id!r}", exc) from exc
+        states = [
+            PartitionState(
+                topic=tp.topic,
+                partition=tp.partition,
+                log_start=starts[tp.topic, tp.partition],
+                log_end=ends[tp.topic, tp.partition],
+                committed=None if tp.offset == _NO_OFFSET else tp.offset,
+                metadata=_metadata(tp),
+            )
+            for tp in committed
+        ]
+        if not quiet:
+            log.info(
+                "group_state_read",
+                group_id=self.group_id,
+                topics=list(topics),
+                partitions=len(states),
+            )
+        return states
+
+    def offsets_for_times(
+        self, times: Mapping[tuple[str, int], int], *, timeout: float = 15.0
+    ) -> dict[tuple[str, int], int]:
+        """Each partition's first offset with a timestamp at or after its time (ms), or
+        -1 where none is (Kafka's ListOffsets by timestamp, one request a broker)."""
+        asked = [TopicPartition(topic, partition, ms) for (topic, partition), ms in times.items()]
+        try:
+            answered = self.consumer.offsets_for_times(asked, timeout=timeout)
+        except KafkaException as exc:
+            raise self._failed("cannot look up offsets by timestamp", exc) from exc
+        return {(tp.topic, tp.partition): tp.offset for tp in answered}
+
+    def _log_offsets(
+        self, wanted: Sequence[Any], spec: Any, timeout: float
+    ) -> dict[tuple[str, int], int]:
+        """Every partition's offset by ``spec`` (earliest, latest): one request a broker."""
+        asked = {TopicPartition(tp.topic, tp.partition): spec for tp in wanted}
+        answers = self.admin.list_offsets(asked, request_timeout=timeout)
+        return {
+            (tp.topic, tp.partition): future.result(timeout=timeout).offset
+            for tp, future in answers.items()
+        }
+
+    def _failed(self, doing: str, exc: KafkaException) -> BrokerError:
+        error = exc.args[0]
+        return BrokerError(
+            f"{doing}: {error.str()}; check the bootstrap servers and that the brokers are up",
+            bootstrap=self.bootstrap,
+            retriable=error.retriable(),
+        )
+
+    def commit(self, commits: Sequence[PartitionCommit], job: str) -> None:
+        """Commit the offsets and shadow metadata in one request; ``job`` names the
+        caller (``backfill``, ``stream``) in logs and errors.
+
+        :raises CommitError: the broker refused a partition's commit (for example
+            because the group has live members) or could not be reached.
+        """
+        if not commits:
+            return
+        offsets = [
+            TopicPartition(c.topic, c.partition, c.offset, metadata=c.metadata) for c in commits
+        ]
+        try:
+            answered = self.consumer.commit(offsets=offsets, asynchronous=False) or []
+        except KafkaException as exc:
+            raise CommitError(_refused(job, exc.args[0].str()), group_id=self.group_id) from exc
+        failed = [tp for tp in answered if tp.error is not None]
+        if failed:
+            first = failed[0]
+            error = first.error.str() if first.error is not None else "refused"
+            reason = f"{first.topic}[{first.partition}]: {error}"
+            raise CommitError(_refused(job, reason), group_id=self.group_id)
+        if job != "stream":  # a stream commits every batch; its progress is Spark's to report
+            log.info(f"{job}_committed", group_id=self.group_id, partitions=len(commits))
+
+
 @contextmanager
-def _group_client(bootstrap: str, group_id: str, kafka_config: Mapping[str, str]) -> Iterator[Any]:
-    config = {
-        **kafka_config,
-        "bootstrap.servers": bootstrap,
-        "group.id": group_id,
-        "enable.auto.commit": False,
-        "logger": kafka_logger,
-    }
+def _group_client(
+    bootstrap: str, group_id: str, kafka_config: Mapping[str, str]
+) -> Iterator[GroupClient]:
+    client = GroupClient(bootstrap, group_id, kafka_config)
     try:
-        consumer = Consumer(config)
-    except KafkaException as exc:
-        raise ConfigError("kafka_config", kafka_config, str(exc), "fix the client setting") from exc
-    try:
-        yield consumer
+        yield client
     finally:
-        consumer.close()
+        client.close()
 
 
 def read_states(
@@ -64,75 +189,34 @@ def read_states(
     timeout: float = 15.0,
     quiet: bool = False,
 ) -> list[PartitionState]:
-    """Watermarks, committed offset and commit metadata of every partition of ``topics``.
+    """:meth:`GroupClient.states` with a client for this call alone."""
+    with _group_client(bootstrap, group_id, kafka_config or {}) as client:
+        return client.states(topics, timeout=timeout, quiet=quiet)
 
-    ``quiet`` logs nothing (the streaming source reads the states every batch).
 
-    :raises ConfigError: a topic does not exist.
-    :raises BrokerError: the cluster did not answer within ``timeout`` seconds.
+def _metadata(tp: Any) -> str:
+    """The commit metadata of ``tp`` as confluent-kafka read it, up to its first byte
+    that is not UTF-8.
+
+    confluent-kafka (2.16) hands metadata to Python as a C string, but librdkafka's
+    copy of an answer keeps the stored bytes without a NUL after them: metadata
+    committed without one (by fairstream before :func:`fairstream.ranges.to_commit`,
+    or by another client) comes back followed by whatever lies next in memory
+    (``tests/spark/test_metadata_read.py`` reproduces it on noida; the broker returns
+    the bytes exactly). The decoders skip what follows their JSON; bytes that are not
+    UTF-8 would fail the read every time the same memory lies there, so the text
+    before them is kept instead of asking again.
     """
-    states: list[PartitionState] = []
-    with _group_client(bootstrap, group_id, kafka_config or {}) as consumer:
-        try:
-            for topic in topics:
-                metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-                if metadata is None or metadata.error is not None or not metadata.partitions:
-                    raise ConfigError(
-                        "topics", topic, "no such topic on the cluster", "check its name"
-                    )
-                wanted = [TopicPartition(topic, p) for p in sorted(metadata.partitions)]
-                committed = _committed(consumer, wanted, group_id, timeout)
-                for tp in committed:
-                    low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
-                    states.append(
-                        PartitionState(
-                            topic=topic,
-                            partition=tp.partition,
-                            log_start=low,
-                            log_end=high,
-                            committed=None if tp.offset == _NO_OFFSET else tp.offset,
-                            metadata=tp.metadata or "",
-                        )
-                    )
-        except KafkaException as exc:
-            error = exc.args[0]
-            raise BrokerError(
-                f"cannot read offsets of group {group_id!r}: {error.str()}; check the bootstrap "
-                "servers and that the brokers are up",
-                bootstrap=bootstrap,
-                retriable=error.retriable(),
-            ) from exc
-    if not quiet:
-        log.info("group_state_read", group_id=group_id, topics=list(topics), partitions=len(states))
-    return states
-
-
-_DECODE_TRIES = 3
-
-
-def _committed(consumer: Any, wanted: list[Any], group_id: str, timeout: float) -> list[Any]:
-    """The group's commits of ``wanted``, asked again if an answer's metadata does not decode.
-
-    confluent-kafka reads commit metadata as a C string: metadata stored without a
-    NUL (fairstream before it added one, see :func:`fairstream.ranges.to_commit`, or
-    another client) comes back followed by whatever lies after it in memory, which
-    the decoders skip, or fails to decode as UTF-8 (seen in CI: ``{"shadow":[[0,600]]}``,
-    20 bytes, then 0xd0). The commit itself is intact, so the read is tried again.
-    """
-    for attempt in range(1, _DECODE_TRIES + 1):
-        try:
-            answer = list(consumer.committed(wanted, timeout=timeout))
-            for tp in answer:
-                _ = tp.metadata  # decoded here, on access, not by committed()
-        except UnicodeDecodeError as exc:
-            log.warning("commit_metadata_undecodable", group_id=group_id, attempt=attempt)
-            failure = exc
-        else:
-            return answer
-    raise BrokerError(
-        f"the commit metadata of group {group_id!r} did not decode as UTF-8 in "
-        f"{_DECODE_TRIES} answers ({failure}); check what writes this group's commits"
-    )
+    try:
+        return str(tp.metadata or "")  # decoded here, on access, not by committed()
+    except UnicodeDecodeError as exc:
+        log.warning(
+            "commit_metadata_overread",
+            topic=tp.topic,
+            partition=tp.partition,
+            reason="metadata committed without a NUL; confluent-kafka read past its end",
+        )
+        return bytes(exc.object[: exc.start]).decode()
 
 
 def commit(
@@ -143,27 +227,11 @@ def commit(
     kafka_config: Mapping[str, str] | None = None,
     job: str = "backfill",
 ) -> None:
-    """Commit the offsets and shadow metadata in one request; ``job`` names the caller
-    (``backfill``, ``stream``) in logs and errors.
-
-    :raises CommitError: the broker refused a partition's commit (for example
-        because the group has live members) or could not be reached.
-    """
+    """:meth:`GroupClient.commit` with a client for this call alone."""
     if not commits:
         return
-    offsets = [TopicPartition(c.topic, c.partition, c.offset, metadata=c.metadata) for c in commits]
-    with _group_client(bootstrap, group_id, kafka_config or {}) as consumer:
-        try:
-            answered = consumer.commit(offsets=offsets, asynchronous=False) or []
-        except KafkaException as exc:
-            raise CommitError(_refused(job, exc.args[0].str()), group_id=group_id) from exc
-    failed = [tp for tp in answered if tp.error is not None]
-    if failed:
-        first = failed[0]
-        reason = f"{first.topic}[{first.partition}]: {first.error.str()}"
-        raise CommitError(_refused(job, reason), group_id=group_id)
-    if job != "stream":  # a stream commits every batch; its progress is Spark's to report
-        log.info(f"{job}_committed", group_id=group_id, partitions=len(commits))
+    with _group_client(bootstrap, group_id, kafka_config or {}) as client:
+        client.commit(commits, job)
 
 
 def _refused(job: str, reason: str) -> str:

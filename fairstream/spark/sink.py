@@ -24,6 +24,7 @@ import structlog
 from fairstream.errors import BrokerError, ConfigError
 from fairstream.spark._extra import missing_extra
 from fairstream.spark.cluster import kafka_logger
+from fairstream.spark.streamoptions import read_settings
 
 try:
     import pyarrow as pa
@@ -85,19 +86,11 @@ class SinkOptions:
                     "unknown option of the fairstream sink",
                     "known: kafka.bootstrap.servers, topic, kafka.<key>",
                 )
-        bootstrap = given.get("kafka.bootstrap.servers")
-        if not bootstrap:
-            raise ConfigError(
-                "kafka.bootstrap.servers", None, "the sink needs brokers", "e.g. 'host:9092'"
-            )
+        read = read_settings(given)  # the brokers and kafka.* settings, as the source's
         return cls(
-            bootstrap=bootstrap,
+            bootstrap=read.bootstrap,
             topic=given.get("topic") or None,
-            kafka_config={
-                key.removeprefix("kafka."): value
-                for key, value in given.items()
-                if key.startswith("kafka.") and key != "kafka.bootstrap.servers"
-            },
+            kafka_config=read.kafka_config,
         )
 
     def check(self, schema: StructType) -> None:

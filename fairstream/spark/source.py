@@ -29,7 +29,7 @@ from fairstream.spark._extra import missing_extra
 from fairstream.spark.handlers import Handler, decode_handler, encode_handler, handle_batches
 from fairstream.spark.planning import Chunk
 from fairstream.spark.reading import ReadSettings, read_task
-from fairstream.spark.streamoptions import StreamOptions, positive_number
+from fairstream.spark.streamoptions import BatchOptions, StreamOptions, positive_number
 
 if TYPE_CHECKING:
     from fairstream.spark.sink import SinkOptions
@@ -122,11 +122,16 @@ class TaskPartition(InputPartition):
 
 class _Reader(DataSourceReader):
     def __init__(
-        self, settings: ReadSettings, tasks: Sequence[Sequence[Chunk]], handler: str | None
+        self,
+        settings: ReadSettings,
+        tasks: Sequence[Sequence[Chunk]],
+        handler: str | None,
+        schema: StructType,
     ) -> None:
         self.settings = settings
         self.tasks = tasks
         self.handler = handler
+        self.schema = schema
 
     def partitions(self) -> list[TaskPartition]:
         return [TaskPartition(i, chunks) for i, chunks in enumerate(self.tasks)]
@@ -134,7 +139,7 @@ class _Reader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         batches = read_task(self.settings, cast(TaskPartition, partition).chunks)
         if self.handler is None:
-            return select(batches, SCHEMA)
+            return select(batches, self.schema)
         return handle_batches(decode_handler(self.handler))(batches)
 
 
@@ -161,10 +166,16 @@ class FairstreamDataSource(DataSource):
 
     def reader(self, schema: StructType) -> _Reader:
         options: Mapping[str, str] = self.options
+        if "tasks" not in options:  # Spark's options: plan the read here, on the driver
+            from fairstream.spark.batchread import plan_read
+
+            batch = BatchOptions.parse(options)
+            return _Reader(batch.read, plan_read(batch), None, schema)
         return _Reader(
             settings_from_options(options),
             _tasks_from_json(options.get("tasks")),
             options.get("handler"),
+            schema,
         )
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

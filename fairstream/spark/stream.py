@@ -27,7 +27,7 @@ fairstream's ``admission`` (``fair`` | ``proportional``), ``parallelCatchUp``,
 
 from __future__ import annotations
 
-import json
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NoReturn, cast
 
@@ -35,7 +35,7 @@ import structlog
 
 from fairstream.errors import ConfigError, DataLossError
 from fairstream.spark._extra import missing_extra
-from fairstream.spark.cluster import commit, read_states
+from fairstream.spark.cluster import GroupClient
 from fairstream.spark.handlers import decode_handler, handle_batches
 from fairstream.spark.planning import Chunk, PartitionState
 from fairstream.spark.reading import read_task
@@ -46,6 +46,7 @@ from fairstream.spark.streamplan import (
     StreamOffset,
     TopicPartition,
     admit,
+    available,
     batch_ranges,
     group_commits,
     hold_new_reads,
@@ -107,15 +108,31 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._warm: list[Chunk] = []
         """Ranges held back for the next batch; this one starts their readers
         (:func:`hold_new_reads`)."""
+        self._last_batch = time.monotonic()
+        """When the last batch was planned (the reader's start before the first)."""
+        self._group: GroupClient | None = None
+        """The driver's group client, kept between triggers (never pickled)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_group": None}  # Spark pickles readers for executors
+
+    def _client(self) -> GroupClient:
+        if self._group is None:
+            o = self.options
+            self._group = GroupClient(o.read.bootstrap, o.group_id, o.read.kafka_config)
+        return self._group
 
     def _states(self) -> list[PartitionState]:
-        o = self.options
-        kafka = o.read.kafka_config
-        return read_states(o.read.bootstrap, o.group_id, o.topics, kafka_config=kafka, quiet=True)
+        return self.options.subscription.states(self._client())
+
+    def stop(self) -> None:
+        if self._group is not None:
+            self._group.close()
+            self._group = None
 
     def initialOffset(self) -> dict[str, Any]:
         states = self._states()
-        positions = _starting_positions(self.options.starting, states)
+        positions = self.options.starting.positions(states, self._client().offsets_for_times)
         log.info("stream_started", group_id=self.options.group_id, partitions=len(positions))
         return StreamOffset(self.options.group_id, positions).to_json()
 
@@ -142,12 +159,29 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             else:
                 logs[tp] = (s.log_start, s.log_end)
         rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end = admit(self._after_losses(begin, logs), logs, rows, self.options.admission)
+        positions = self._after_losses(begin, logs)
+        if self._waits_for_more(positions, logs):
+            return start
+        end = admit(positions, logs, rows, self.options.admission)
         if rows is not None:  # ReadAllAvailable (Trigger.Once) must read all of it now
             end, self._warm = hold_new_reads(begin.positions, end, self._read_last)
         if all(begin.positions.get(tp) == pos for tp, pos in end.items()):
             return start  # Spark's "no new data": the same offset back
+        self._last_batch = time.monotonic()
         return StreamOffset(self.options.group_id, end).to_json()
+
+    def _waits_for_more(
+        self, positions: Mapping[TopicPartition, Position], logs: Mapping[TopicPartition, Any]
+    ) -> bool:
+        """Spark's ``minOffsetsPerTrigger``: fewer records than that are available and
+        ``maxTriggerDelay`` has not passed since the last batch. Never under
+        ``Trigger.AvailableNow``, which would then wait for ever."""
+        least = self.options.min_records
+        if least is None or self._target is not None:
+            return False
+        if time.monotonic() - self._last_batch >= self.options.max_trigger_delay:
+            return False
+        return available(positions, logs) < least
 
     def _after_losses(
         self, begin: StreamOffset, logs: Mapping[TopicPartition, tuple[int, int]]
@@ -182,11 +216,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._log_starts = {(s.topic, s.partition): s.log_start for s in self._states()}
         begin, done = self._parse(start).positions, self._parse(end).positions
         chunks = batch_ranges(begin, done, self._log_starts)
-        tasks = plan_tasks(chunks, self.options.max_tasks)
+        tasks = plan_tasks(chunks, self.options.max_tasks, self.options.min_tasks)
         warm, self._warm = self._warm, []
         # As many tasks as the batch that reads the held ranges will have, so that
         # each of its workers has started a reader (tasks without chunks only do that).
-        spread = len(plan_tasks([*chunks, *warm], self.options.max_tasks))
+        spread = len(plan_tasks([*chunks, *warm], self.options.max_tasks, self.options.min_tasks))
         tasks += [[] for _ in range(spread - len(tasks))]
         self._read_last = frozenset((c.topic, c.partition) for c in [*chunks, *warm])
         return [TaskPartition(i, task, warm) for i, task in enumerate(tasks)]
@@ -216,18 +250,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         if not self.options.commit_to_group or done == self._committed:
             return
-        o = self.options
         states = self._states() if states is None else states
         committed = {(s.topic, s.partition): (s.committed, s.metadata) for s in states}
-        commits = group_commits(done.positions, committed)
-        kafka = o.read.kafka_config
-        commit(o.read.bootstrap, o.group_id, commits, kafka_config=kafka, job="stream")
+        self._client().commit(group_commits(done.positions, committed), "stream")
         self._committed = done
 
     def _parse(self, offset: Mapping[str, Any]) -> StreamOffset:
         parsed = StreamOffset.from_json(offset)
         topics = {topic for topic, _ in parsed.positions}
-        if parsed.group != self.options.group_id or not topics <= set(self.options.topics):
+        covered = all(self.options.subscription.covers(topic) for topic in topics)
+        if parsed.group != self.options.group_id or not covered:
             raise ConfigError(
                 "checkpointLocation",
                 f"group {parsed.group!r}, topics {','.join(sorted(topics))}",
@@ -273,56 +305,3 @@ class RefusedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         self._refuse()
-
-
-def _starting_positions(
-    starting: str, states: Sequence[PartitionState]
-) -> dict[TopicPartition, Position]:
-    """Where each partition starts. JSON offsets must name every partition, as Spark's
-    Kafka source requires: one left out would start somewhere the user did not say."""
-    if starting in ("committed", "earliest", "latest"):
-        return {(s.topic, s.partition): _named_start(starting, s) for s in states}
-    offsets = _json_offsets(starting)
-    missing = sorted(
-        f"{s.topic}/{s.partition}" for s in states if (s.topic, s.partition) not in offsets
-    )
-    if missing:
-        raise ConfigError(
-            "startingOffsets",
-            starting,
-            f"names no offset for {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""),
-            "name every partition of the subscribed topics (-2 earliest, -1 latest)",
-        )
-    return {
-        (s.topic, s.partition): Position(
-            {-2: s.log_start, -1: s.log_end}.get(
-                offsets[s.topic, s.partition], offsets[s.topic, s.partition]
-            )
-        )
-        for s in states
-    }
-
-
-def _named_start(starting: str, state: PartitionState) -> Position:
-    if starting == "committed":
-        if state.committed is None:
-            return Position(state.log_start)
-        return Position(state.committed, tuple(state.shadow))
-    return Position(state.log_start if starting == "earliest" else state.log_end)
-
-
-def _json_offsets(starting: str) -> dict[TopicPartition, int]:
-    try:
-        parsed = json.loads(starting)
-        return {
-            (topic, int(partition)): int(offset)
-            for topic, offsets in parsed.items()
-            for partition, offset in offsets.items()
-        }
-    except (ValueError, AttributeError, TypeError):
-        raise ConfigError(
-            "startingOffsets",
-            starting,
-            "expected committed, earliest, latest or JSON",
-            'e.g. {"clicks": {"0": 42, "1": -2}}',
-        ) from None

@@ -21,6 +21,7 @@ from fairstream.errors import ConfigError, StreamError
 from fairstream.spark._extra import missing_extra
 from fairstream.spark.backfill import build_session, spark_cause
 from fairstream.spark.handlers import Handler, encode_handler, load_handler
+from fairstream.spark.listener import GroupCommitter
 from fairstream.spark.stream import log_ends, register
 from fairstream.spark.streamplan import StreamOffset, lag_by_topic
 
@@ -116,14 +117,21 @@ def run_stream(job: StreamJob, *, spark: SparkSession | None = None) -> int:
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{float(job.trigger)} seconds")
+    committer = GroupCommitter(options)
+    spark.streams.addListener(committer)
     try:
         if job.output is not None:
             query = writer.format("parquet").start(job.output)
         else:
             query = writer.foreachBatch(count).start()
         records = _watch(query, job, counts)
+        last = query.lastProgress
+        for source in last.sources if last is not None else ():
+            committer.commit_finished(source.endOffset)  # the last batch, now
     except (PySparkException, Py4JError) as exc:
         raise _failed(job, exc) from exc
+    finally:
+        spark.streams.removeListener(committer)
     log.info("stream_stopped", group_id=job.group_id, records=records)
     return records
 

@@ -18,6 +18,7 @@ Pure: no PySpark import, so the rules are tested without a Spark session.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -25,10 +26,20 @@ from typing import Any, cast
 import structlog
 
 from fairstream.errors import ConfigError
+from fairstream.spark.offsetspec import Start
 from fairstream.spark.reading import ReadSettings
 from fairstream.spark.streamplan import Admission
+from fairstream.spark.subscription import Subscription, subscription
 
-__all__ = ["RENAMED", "RESERVED", "StreamOptions", "positive_number", "spark_names"]
+__all__ = [
+    "RENAMED",
+    "RESERVED",
+    "BatchOptions",
+    "StreamOptions",
+    "positive_number",
+    "read_settings",
+    "spark_names",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -50,18 +61,21 @@ RESERVED = {
 """``kafka.*`` keys Spark's Kafka source refuses, and why this one does too."""
 
 _NOT_YET = (
-    *("subscribePattern", "assign", "startingOffsetsByTimestamp", "startingTimestamp"),
-    *("minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions"),
-    *("endingOffsets", "startingOffsetsByTimestampStrategy"),
+    *("endingOffsetsByTimestamp", "groupIdPrefix", "kafkaConsumer.pollTimeoutMs"),
+    *("fetchOffset.numRetries", "fetchOffset.retryIntervalMs"),
 )
 """Spark Kafka source options this source does not implement (yet)."""
 
 _OWN = (
-    *("kafka.bootstrap.servers", "subscribe", "kafka.group.id", "startingOffsets"),
+    *("kafka.bootstrap.servers", "subscribe", "subscribePattern", "assign", "kafka.group.id"),
+    "startingOffsets",
     *("maxOffsetsPerTrigger", "admission", "parallelCatchUp", "catchUpThreshold"),
     *("catchUpShare", "commitToGroup", "maxTasks", "stall_timeout", "batch_size", "handler"),
     "includeHeaders",
     "failOnDataLoss",
+    "endingOffsets",
+    *("minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions"),
+    *("startingOffsetsByTimestamp", "startingTimestamp", "startingOffsetsByTimestampStrategy"),
 )
 _KNOWN = frozenset(name.lower() for name in [*_OWN, *RENAMED, "path"])
 """Spark hands options over lower-cased; ``path`` is what ``load(path)`` sets."""
@@ -106,9 +120,9 @@ class StreamOptions:
     """The streaming source's options, checked once on the driver."""
 
     read: ReadSettings
-    topics: tuple[str, ...]
+    subscription: Subscription
     group_id: str
-    starting: str = "committed"
+    starting: Start = field(default_factory=lambda: Start("committed"))
     max_records: int | None = None
     admission: Admission = field(default_factory=Admission)
     commit_to_group: bool = True
@@ -118,39 +132,31 @@ class StreamOptions:
     """Spark's ``includeHeaders``: a ``headers`` column after Spark's others."""
     fail_on_data_loss: bool = True
     """Spark's ``failOnDataLoss``: fail the query when owed records are gone."""
+    min_tasks: int = 1
+    """Spark's ``minPartitions``: at least this many tasks a batch (records allowing)."""
+    min_records: int | None = None
+    """Spark's ``minOffsetsPerTrigger``: wait for this many records before a batch..."""
+    max_trigger_delay: float = 900.0
+    """...but no longer than this many seconds since the last batch (``maxTriggerDelay``)."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamOptions:
         """:raises ConfigError: an unknown option or a bad value, naming the option."""
         given = spark_names(options)
-        topics = tuple(t.strip() for t in given.get("subscribe", "").split(",") if t.strip())
-        if not topics:
-            raise ConfigError("subscribe", given.get("subscribe"), "no topics", "e.g. 'a,b'")
+        if "endingoffsets" in given:
+            raise ConfigError(
+                "endingOffsets", given["endingoffsets"], "a stream has no end", "use spark.read"
+            )
         group_id = given.get("kafka.group.id")
         if not group_id:
             raise ConfigError(
                 "kafka.group.id", None, "the source commits to a group and needs one", "e.g. 'etl'"
             )
-        bootstrap = given.get("kafka.bootstrap.servers")
-        if not bootstrap:
-            raise ConfigError(
-                "kafka.bootstrap.servers", None, "the source needs brokers", "e.g. 'host:9092'"
-            )
         return cls(
-            read=ReadSettings(
-                bootstrap=bootstrap,
-                stall_timeout=positive_number(given, "stall_timeout", 30.0),
-                batch_size=int(positive_number(given, "batch_size", 10_000)),
-                kafka_config={
-                    key.removeprefix("kafka."): value
-                    for key, value in given.items()
-                    if key.startswith("kafka.")
-                    and key not in ("kafka.bootstrap.servers", "kafka.group.id")
-                },
-            ),
-            topics=topics,
+            read=read_settings(given),
+            subscription=subscription(given),
             group_id=group_id,
-            starting=given.get("startingoffsets") or "committed",
+            starting=_start(given, "committed"),
             max_records=_optional_int(given, "maxOffsetsPerTrigger"),
             admission=Admission(
                 mode=cast(Any, given.get("admission") or "fair"),
@@ -163,7 +169,118 @@ class StreamOptions:
             handler=given.get("handler"),
             include_headers=_flag(given, "includeHeaders", False),
             fail_on_data_loss=_flag(given, "failOnDataLoss", True),
+            min_tasks=_optional_int(given, "minPartitions") or 1,
+            min_records=_optional_int(given, "minOffsetsPerTrigger"),
+            max_trigger_delay=_duration(given, "maxTriggerDelay", 900.0),
         )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchOptions:
+    """``spark.read.format("fairstream")`` with Spark's options: the records between
+    ``startingOffsets`` (default earliest) and ``endingOffsets`` (default latest)."""
+
+    read: ReadSettings
+    subscription: Subscription
+    group_id: str | None = None
+    """Only for ``startingOffsets=committed``; a batch read commits nothing."""
+    starting: Start = field(default_factory=lambda: Start("earliest"))
+    ending: str = "latest"
+    fail_on_data_loss: bool = True
+    max_tasks: int = 8
+    min_tasks: int = 1
+    include_headers: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> BatchOptions:
+        """:raises ConfigError: an unknown, stream-only or bad option, naming it."""
+        given = spark_names(options)
+        for name in _STREAM_ONLY:
+            if name.lower() in given:
+                raise ConfigError(
+                    name, given[name.lower()], "only for a stream", "use spark.readStream"
+                )
+        starting = _start(given, "earliest")
+        group_id = given.get("kafka.group.id")
+        if starting.offsets == "committed" and not group_id:
+            raise ConfigError(
+                "startingOffsets", "committed", "needs the group", "set kafka.group.id as well"
+            )
+        return cls(
+            read=read_settings(given),
+            subscription=subscription(given),
+            group_id=group_id,
+            starting=starting,
+            ending=given.get("endingoffsets") or "latest",
+            fail_on_data_loss=_flag(given, "failOnDataLoss", True),
+            max_tasks=_optional_int(given, "maxTasks") or 8,
+            min_tasks=_optional_int(given, "minPartitions") or 1,
+            include_headers=_flag(given, "includeHeaders", False),
+        )
+
+
+_STREAM_ONLY = (
+    *("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "admission"),
+    *("parallelCatchUp", "catchUpThreshold"),
+    *("catchUpShare", "commitToGroup", "handler"),
+)
+
+
+def read_settings(given: Mapping[str, str]) -> ReadSettings:
+    """How the executors read, from Spark's option names (lower-cased).
+
+    :raises ConfigError: no brokers, or a bad ``stall_timeout``/``batch_size``.
+    """
+    bootstrap = given.get("kafka.bootstrap.servers")
+    if not bootstrap:
+        raise ConfigError(
+            "kafka.bootstrap.servers", None, "no brokers given", "e.g. 'host:9092'"
+        )
+    return ReadSettings(
+        bootstrap=bootstrap,
+        stall_timeout=positive_number(given, "stall_timeout", 30.0),
+        batch_size=int(positive_number(given, "batch_size", 10_000)),
+        kafka_config={
+            key.removeprefix("kafka."): value
+            for key, value in given.items()
+            if key.startswith("kafka.") and key not in ("kafka.bootstrap.servers", "kafka.group.id")
+        },
+    )
+
+
+def _start(given: Mapping[str, str], default: str) -> Start:
+    strategy = given.get("startingoffsetsbytimestampstrategy", "error").lower()
+    if strategy not in ("error", "latest"):
+        raise ConfigError(
+            "startingOffsetsByTimestampStrategy", strategy, "unknown strategy", "error or latest"
+        )
+    timestamp = given.get("startingtimestamp")
+    try:
+        millis = None if timestamp is None else int(timestamp)
+    except ValueError:
+        raise ConfigError(
+            "startingTimestamp", timestamp, "not a time in ms since the epoch", "e.g. 1700000000000"
+        ) from None
+    return Start(
+        given.get("startingoffsets") or default,
+        given.get("startingoffsetsbytimestamp"),
+        millis,
+        strategy,
+    )
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _duration(given: Mapping[str, str], name: str, default: float) -> float:
+    """A duration in seconds, written as Spark writes them (``15m``, ``30s``, ``500ms``)."""
+    text = given.get(name.lower())
+    if text is None:
+        return default
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|min|m|h|d)?\s*", text)
+    if match is None or float(match[1]) <= 0:
+        raise ConfigError(name, text, "not a duration", "e.g. '15m', '30s' or '500ms'")
+    return float(match[1]) * _UNITS[match[2] or "s"]
 
 
 def _optional_int(given: Mapping[str, str], name: str) -> int | None:

@@ -42,6 +42,7 @@ __all__ = [
     "StreamOffset",
     "TopicPartition",
     "admit",
+    "available",
     "batch_ranges",
     "group_commits",
     "hold_new_reads",
@@ -103,7 +104,9 @@ class StreamOffset:
             positions = {
                 (topic, int(partition)): Position(
                     int(pos["next"]),
-                    tuple(merge_ranges(OffsetRange(int(s), int(e)) for s, e in pos["catchup"])),
+                    tuple(merge_ranges(OffsetRange(int(s), int(e)) for s, e in pos["catchup"]))
+                    if pos["catchup"]
+                    else (),
                 )
                 for topic, partitions in data["topics"].items()
                 for partition, pos in partitions.items()
@@ -206,6 +209,8 @@ def losses(
             lost = f"the log ends at {log_end} but the query read up to {pos.next}"
             found.append(Loss(*tp, f"{lost} (the topic was recreated?)", Position(log_start)))
             continue
+        if pos.next >= log_start and all(r.start >= log_start for r in pos.catchup):
+            continue  # owes nothing below the log start (the usual case, checked cheaply)
         gone = _difference(pos.owed(), [OffsetRange(log_start, _TAIL)])
         if gone:
             spans = ", ".join(f"{r.start}-{r.end - 1}" for r in gone)
@@ -298,12 +303,19 @@ def batch_ranges(
     for (topic, partition), after in sorted(end.items()):
         log_start = (log_starts or {}).get((topic, partition), 0)
         before = start.get((topic, partition), after)
-        if after.next < before.next:  # its log went back (recreated): read the new one
-            before = Position(log_start)
-        deleted = OffsetRange(0, log_start)
-        for r in _difference(before.owed(), [*after.owed(), deleted]):
+        for r in _read(before, after, log_start):
             chunks.append(Chunk(topic=topic, partition=partition, start=r.start, end=r.end))
     return chunks
+
+
+def _read(before: Position, after: Position, log_start: int) -> list[OffsetRange]:
+    """What one partition's batch reads from ``before`` to ``after``."""
+    if after.next < before.next:  # its log went back (recreated): read the new one
+        before = Position(log_start)
+    if not before.catchup and not after.catchup:  # live only: one range (the usual case)
+        first = max(before.next, log_start)
+        return [OffsetRange(first, after.next)] if after.next > first else []
+    return _difference(before.owed(), [*after.owed(), OffsetRange(0, log_start)])
 
 
 def hold_new_reads(
@@ -336,11 +348,13 @@ def hold_new_reads(
     for tp, after in sorted(end.items()):
         if tp not in start:
             continue
-        chunks = batch_ranges({tp: start[tp]}, {tp: after})
-        if tp not in recent and sum(len(c) for c in chunks) > TASK_RECORDS:
+        ranges = _read(start[tp], after, 0)
+        if tp not in recent and sum(len(r) for r in ranges) > TASK_RECORDS:
             held[tp] = start[tp]
-            warm.append(chunks[0])  # its reader serves what follows
-        elif chunks:
+            topic, partition = tp
+            first = ranges[0]  # its reader serves what follows
+            warm.append(Chunk(topic=topic, partition=partition, start=first.start, end=first.end))
+        elif ranges:
             others = True
     if not held or len(held) > HOLD_LIMIT or not others:
         return dict(end), []
@@ -365,6 +379,18 @@ def group_commits(
     return commits
 
 
+def available(
+    start: Mapping[TopicPartition, Position], logs: Mapping[TopicPartition, tuple[int, int]]
+) -> int:
+    """Records the next batch could read: new ones past each ``next``, open catch-up
+    ranges, and all of a partition new since ``start``."""
+    total = 0
+    for tp, (log_start, log_end) in logs.items():
+        pos = start.get(tp, Position(log_start))
+        total += max(log_end - pos.next, 0) + sum(len(r) for r in pos.catchup)
+    return total
+
+
 def lag_by_topic(
     done: Mapping[TopicPartition, Position], log_ends: Mapping[TopicPartition, int]
 ) -> dict[str, int]:
@@ -377,13 +403,14 @@ def lag_by_topic(
     return lag
 
 
-def plan_tasks(chunks: Sequence[Chunk], max_tasks: int) -> list[list[Chunk]]:
+def plan_tasks(chunks: Sequence[Chunk], max_tasks: int, min_tasks: int = 1) -> list[list[Chunk]]:
     """A batch's ranges on Spark tasks: one task per :data:`TASK_RECORDS` records, at
-    most ``max_tasks``, ranges cut to equal pieces and placed by the lag planner, so a
+    most ``max_tasks`` and at least ``min_tasks`` (Spark's ``minPartitions``; never more
+    tasks than records), ranges cut to equal pieces and placed by the lag planner, so a
     hot partition is read by several tasks. A task costs a Kafka client and a round
     trip, which is why a small batch gets few."""
     total = sum(len(c) for c in chunks)
     if not total:
         return []
-    wanted = max(1, min(max_tasks, math.ceil(total / TASK_RECORDS)))
+    wanted = max(1, min(max_tasks, math.ceil(total / TASK_RECORDS)), min(min_tasks, total))
     return place_chunks(split_ranges(chunks, math.ceil(total / wanted)), wanted)

@@ -195,14 +195,15 @@ class MemoryBroker:
         """Run ``app`` on this broker for the block; its own clients come back after it.
 
         For an app built at module level with the real clients: no factory, no rebuild.
-        Subscribed topics that do not exist yet are created with ``partitions`` each
-        (create a topic first to choose its count). The app starts and joins as under
+        Subscribed topics, and those their handlers publish to (``@app.publisher``),
+        that do not exist yet are created with ``partitions`` each (create a topic first
+        to choose its count). The app starts and joins as under
         ``async with app`` and stops, committing, when the block ends.
 
         :raises ConfigError: ``partitions`` is not positive.
         """
         for subscriber in app._subscribers:
-            for topic in subscriber.topics:
+            for topic in (*subscriber.topics, *subscriber.publishes):
                 self.create_topic(topic, partitions)
         # The factory is read when the app starts (App._new_engine), so swapping it
         # for the block is all it takes; restored even if the block or the app fails.

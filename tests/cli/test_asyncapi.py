@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -44,7 +43,16 @@ def test_every_topic_is_a_channel_with_its_handlers_payload() -> None:
     assert document["asyncapi"] == "3.0.0"
     assert document["info"] == {"title": "billing", "version": "1.0.0"}
     assert [s["host"] for s in document["servers"].values()] == ["kafka-a:9092", "kafka-b:9092"]
-    assert set(document["channels"]) == {"orders", "audit", "raw", "notes", "events", "custom"}
+    assert set(document["channels"]) == {
+        "orders",
+        "audit",
+        "raw",
+        "notes",
+        "events",
+        "custom",
+        "payments",
+        "receipts",
+    }
     assert _payload(document, "raw") == {"type": "string", "format": "binary"}
     assert _payload(document, "notes") == {"type": "string"}  # a batch: each record's
     assert _payload(document, "events") == {"type": "object"}
@@ -61,16 +69,12 @@ def test_every_topic_is_a_channel_with_its_handlers_payload() -> None:
         assert _resolve(document, ref) is not None, ref
 
 
-def test_registered_publishers_are_send_operations(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def handle(record: object) -> Order: ...
-
-    monkeypatch.setattr(
-        app, "publishers", [SimpleNamespace(topic="receipts", handler=handle)], raising=False
-    )
+def test_publishers_are_send_operations_with_the_handlers_return_type() -> None:
     document = asyncapi(app)
     (operation,) = [op for op in document["operations"].values() if op["action"] == "send"]
     assert operation["channel"] == {"$ref": "#/channels/receipts"}
     assert _payload(document, "receipts") == {"$ref": "#/components/schemas/Order"}
+    assert "bindings" not in operation  # the group binding is for receiving
 
 
 def test_the_command_prints_json_or_yaml(capsys: pytest.CaptureFixture[str]) -> None:

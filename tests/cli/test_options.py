@@ -189,6 +189,7 @@ def test_a_bad_assignor_names_where_it_came_from(
     ],
 )
 @pytest.mark.parametrize("fmt", ["json", "console"])
+@pytest.mark.broker  # `fairstream broker` starts a noida broker
 async def test_log_level_and_format_apply_from_options_or_environment(
     argv: list[str], env: dict[str, str], fmt: str
 ) -> None:

@@ -52,6 +52,7 @@ def test_every_marked_block_is_checked_here() -> None:
         "metrics_demo.py",
         "pause_demo.py",
         "test_orders.py",
+        "test_service.py",
     }
 
 
@@ -95,3 +96,9 @@ def test_asyncapi_the_model_is_the_payload(tmp_path: Path) -> None:
     assert document["channels"]["orders"]["address"] == "orders"
     order = document["components"]["schemas"]["Order"]
     assert order["properties"]["amount"] == {"title": "Amount", "type": "number"}
+
+
+def test_publishers_hooks_and_listeners_the_test_passes(tmp_path: Path) -> None:
+    result = _run("test_service.py", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 passed" in result.stdout

@@ -1,4 +1,4 @@
-"""TLS for real: an App consumes through stunnel in front of tansu
+"""TLS for real: an App consumes through a TLS-terminating proxy in front of tansu
 (``tests.reliability.tls_proxy``), verifying the broker's certificate, with and
 without a client certificate, and a wrong CA stops it with one clear line."""
 
@@ -19,14 +19,14 @@ from tests.reliability.tls_proxy import (
     Certificates,
     make_certificates,
     missing_tools,
-    stunnel_tansu,
+    tls_tansu,
 )
 
 pytestmark = [
     pytest.mark.broker,
     pytest.mark.reliability,
     pytest.mark.skipif(
-        EXTERNAL is not None, reason="puts stunnel in front of a dedicated embedded broker"
+        EXTERNAL is not None, reason="puts the TLS proxy in front of a dedicated embedded broker"
     ),
 ]
 
@@ -69,21 +69,21 @@ async def test_an_app_consumes_over_tls_verifying_the_broker(
     certs: Certificates, tmp_path: Path
 ) -> None:
     security = SecurityConfig(protocol="SSL", ssl_cafile=str(certs.ca))
-    async with stunnel_tansu(certs, tmp_path) as bootstrap:
+    async with tls_tansu(certs) as bootstrap:
         await _handles_every_record(bootstrap, security, tmp_path, "tls")
 
 
 async def test_an_app_consumes_with_a_client_certificate(
     certs: Certificates, tmp_path: Path
 ) -> None:
-    """stunnel's ``verify = 2`` refuses a client without a certificate the CA signed."""
+    """A ``mutual`` proxy refuses a client without a certificate the CA signed."""
     security = SecurityConfig(
         protocol="SSL",
         ssl_cafile=str(certs.ca),
         ssl_certfile=str(certs.client_cert),
         ssl_keyfile=str(certs.client_key),
     )
-    async with stunnel_tansu(certs, tmp_path, mutual=True) as bootstrap:
+    async with tls_tansu(certs, mutual=True) as bootstrap:
         await _handles_every_record(bootstrap, security, tmp_path, "mtls")
         # The same broker, the same CA, no client certificate: the handshake fails.
         anonymous = SecurityConfig(protocol="SSL", ssl_cafile=str(certs.ca))
@@ -96,7 +96,7 @@ async def test_a_wrong_ca_stops_the_app_with_one_line_naming_it(
     certs: Certificates, tmp_path: Path
 ) -> None:
     security = SecurityConfig(protocol="SSL", ssl_cafile=str(certs.wrong_ca))
-    async with stunnel_tansu(certs, tmp_path) as bootstrap:
+    async with tls_tansu(certs) as bootstrap:
         with pytest.raises(BrokerError) as caught:
             async with _app(bootstrap, security):
                 pass

@@ -10,11 +10,14 @@ import uuid
 from collections.abc import Iterator, Sequence
 
 import pytest
+from aiokafka import TopicPartition
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
+from fairstream.runtime._admin import BrokerAdmin
 from fairstream.spark import build_session
+from tests.conftest import Broker
 
 
 @pytest.fixture(scope="session")
@@ -22,6 +25,14 @@ def spark() -> Iterator[SparkSession]:
     session = build_session("local[2]", app_name="fairstream-tests")
     yield session
     session.stop()
+
+
+async def stored_metadata(broker: Broker, group_id: str, topic: str) -> str | None:
+    """The group's commit metadata of partition 0 of ``topic`` as aiokafka reads it."""
+    async with BrokerAdmin(broker.bootstrap) as admin:
+        found = await admin.committed_offsets(group_id, [TopicPartition(topic, 0)])
+    committed = found[TopicPartition(topic, 0)]
+    return None if committed is None else committed.metadata
 
 
 def record_value(partition: int, offset: int) -> bytes:

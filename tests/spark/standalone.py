@@ -94,8 +94,8 @@ def start_cluster(logs: Path, workers: int = 2) -> Iterator[Cluster]:
                         [str(SPARK_CLASS), *command], env=env, stdout=log, stderr=subprocess.STDOUT
                     )
                 )
-            if i == 0:
-                time.sleep(2)  # let the master bind before workers register
+            if i == 0:  # workers register with the master: wait until it listens
+                _wait_for_port(port, processes[0], logs / "daemon-0.log")
         deadline = time.monotonic() + 90
         while _alive_workers(ui_port) < workers:
             if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
@@ -113,6 +113,20 @@ def start_cluster(logs: Path, workers: int = 2) -> Iterator[Cluster]:
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
+    """Until something listens on ``port`` (the master, started by ``process``).
+
+    :raises RuntimeError: the master exited, or did not listen within 90 s.
+    """
+    deadline = time.monotonic() + 90
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the standalone master did not start: {log.read_text()[-800:]}")
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="session")

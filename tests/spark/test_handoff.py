@@ -7,18 +7,16 @@ from pathlib import Path
 import anyio
 import pytest
 import structlog.testing
-from aiokafka import TopicPartition
 from confluent_kafka import TopicPartition as ConfluentPartition
 from pyspark.sql import SparkSession
 
 from fairstream import App, ParallelRebalance, Record, SchedulerConfig
 from fairstream.ranges import OffsetRange, decode_shadow, encode_shadow
-from fairstream.runtime._admin import BrokerAdmin
 from fairstream.spark.cluster import read_states
 from fairstream.spark.handoff import spark_shadow_handoff
 from tests.conftest import Broker
 from tests.kafka_helpers import produce
-from tests.spark.conftest import fill_topic
+from tests.spark.conftest import fill_topic, stored_metadata
 from tests.spark.test_backfill import recorder, seen
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
@@ -56,7 +54,7 @@ async def test_a_large_shadow_range_is_backfilled_on_spark(
             await produce(noida.bootstrap, topic, [(0, b"live")] * 20)
             with anyio.fail_after(120):
                 await all_live.wait()
-                while (await _metadata(noida, group_id, topic)) != "":  # noqa: ASYNC110
+                while (await stored_metadata(noida, group_id, topic)) != "":  # noqa: ASYNC110
                     await anyio.sleep(0.2)  # the handoff returned: the range was dropped
 
     failed = [event for event in events if event["event"] == "shadow_handoff_failed"]
@@ -64,13 +62,6 @@ async def test_a_large_shadow_range_is_backfilled_on_spark(
     counts, _ = seen(tmp_path)
     assert set(counts) == {(topic, 0, offset) for offset in range(600)}
     assert live == [(offset, False) for offset in range(600, 620)]
-
-
-async def _metadata(broker: Broker, group_id: str, topic: str) -> str | None:
-    async with BrokerAdmin(broker.bootstrap) as admin:
-        found = await admin.committed_offsets(group_id, [TopicPartition(topic, 0)])
-    committed = found[TopicPartition(topic, 0)]
-    return None if committed is None else committed.metadata
 
 
 async def test_the_runtimes_commit_metadata_reads_back_exactly_through_confluent_kafka(
@@ -107,7 +98,7 @@ async def test_the_runtimes_commit_metadata_reads_back_exactly_through_confluent
 
     async with app:
         with anyio.fail_after(30):
-            while not decode_shadow(await _metadata(noida, group_id, topic)):  # noqa: ASYNC110
+            while not decode_shadow(await stored_metadata(noida, group_id, topic)):  # noqa: ASYNC110
                 await anyio.sleep(0.1)
         found = await anyio.to_thread.run_sync(read_back, 100)
         release.set()

@@ -20,6 +20,7 @@ from fairstream.ranges import decode_shadow
 from fairstream.spark import register
 from fairstream.spark.backfill import spark_cause
 from fairstream.spark.cluster import read_states
+from fairstream.spark.listener import GroupCommitter
 from fairstream.spark.planning import Chunk
 from fairstream.spark.source import TaskPartition
 from fairstream.spark.stream import StreamOptions, StreamReader
@@ -217,25 +218,36 @@ def test_the_columns_are_spark_kafka_sources(
         assert row["headers"] == [{"key": "source", "value": b"test"}]
 
 
-def test_trigger_once_reads_everything_available_in_one_batch(
+def test_trigger_once_reads_everything_available_and_the_listener_commits_it(
     spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path
 ) -> None:
     counts = [30_000, 100, 100]
     topic = fill_topic(noida.bootstrap, counts)
+    options = source_options(noida, topic, group_id)
     register(spark)
-    query = (
-        spark.readStream.format("fairstream")
-        .options(**source_options(noida, topic, group_id))
-        .load()
-        .writeStream.format("parquet")
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(once=True)
-        .start(str(tmp_path / "out"))
-    )
-    query.awaitTermination(120)
-    # ReadAllAvailable: one batch with every record, none held back for a reader's start
-    assert [p["numInputRows"] for p in query.recentProgress] == [sum(counts)]
-    assert len(written(tmp_path / "out")) == sum(counts)
+    committer = GroupCommitter(options)
+    spark.streams.addListener(committer)
+    try:
+        query = (
+            spark.readStream.format("fairstream")
+            .options(**options)
+            .load()
+            .writeStream.format("parquet")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(once=True)
+            .start(str(tmp_path / "out"))
+        )
+        query.awaitTermination(120)
+        # ReadAllAvailable: one batch with every record, none held back for a reader's start
+        assert [p["numInputRows"] for p in query.recentProgress] == [sum(counts)]
+        assert len(written(tmp_path / "out")) == sum(counts)
+        # Spark plans no batch after it, so only the listener can commit it to the group
+        deadline = time.monotonic() + 60
+        while [s.committed for s in read_states(noida.bootstrap, group_id, [topic])] != counts:
+            assert time.monotonic() < deadline, "the group never reached the log end"
+            time.sleep(0.2)
+    finally:
+        spark.streams.removeListener(committer)
 
 
 def test_starting_offsets_json_must_name_every_partition(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from structlog.testing import capture_logs
 
 from fairstream.errors import ConfigError
-from fairstream.spark.streamoptions import RENAMED, RESERVED, StreamOptions
+from fairstream.spark.streamoptions import RENAMED, RESERVED, BatchOptions, StreamOptions
 
 SPARK = {
     "kafka.bootstrap.servers": "host:9092",
@@ -20,7 +22,7 @@ def test_spark_names_configure_the_source() -> None:
         {**SPARK, "maxOffsetsPerTrigger": "500", "kafka.security.protocol": "SSL"}
     )
     assert options.read.bootstrap == "host:9092"
-    assert options.topics == ("clicks", "views")
+    assert options.subscription.topics == ("clicks", "views")
     assert options.group_id == "etl"
     assert options.max_records == 500
     # the group and the brokers are the source's, not librdkafka pass-through for readers
@@ -36,7 +38,8 @@ def test_former_names_still_work_and_say_what_replaces_them() -> None:
     former = {"bootstrap": "h:1", "topics": "t", "group_id": "g", "maxRecordsPerBatch": "9"}
     with capture_logs() as logs:
         options = StreamOptions.parse(former)
-    assert (options.read.bootstrap, options.topics, options.group_id) == ("h:1", ("t",), "g")
+    assert (options.read.bootstrap, options.group_id) == ("h:1", "g")
+    assert options.subscription.topics == ("t",)
     assert options.max_records == 9
     renamed = {(e["option"], e["use"]) for e in logs if e["event"] == "option_renamed"}
     assert renamed == set(RENAMED.items())
@@ -61,8 +64,8 @@ def test_auto_offset_reset_points_to_starting_offsets() -> None:
 
 
 def test_a_spark_option_not_implemented_yet_is_named_not_called_unknown() -> None:
-    with pytest.raises(ConfigError, match="subscribePattern='c': Spark's Kafka option is not"):
-        StreamOptions.parse({**SPARK, "subscribepattern": "c"})
+    with pytest.raises(ConfigError, match="groupIdPrefix='x': Spark's Kafka option is not"):
+        StreamOptions.parse({**SPARK, "groupidprefix": "x"})
 
 
 @pytest.mark.parametrize(
@@ -88,3 +91,48 @@ def test_required_options_are_named_by_their_spark_name(missing: str) -> None:
     with pytest.raises(ConfigError) as caught:
         StreamOptions.parse(options)
     assert caught.value.field == missing
+
+
+def test_a_stream_has_no_ending_offsets() -> None:
+    with pytest.raises(ConfigError, match="endingOffsets='latest': a stream has no end"):
+        StreamOptions.parse({**SPARK, "endingOffsets": "latest"})
+
+
+def test_a_batch_read_refuses_stream_options_and_needs_no_group() -> None:
+    batch = BatchOptions.parse({"kafka.bootstrap.servers": "h:1", "subscribe": "t"})
+    assert (batch.starting.offsets, batch.ending, batch.group_id) == ("earliest", "latest", None)
+    with pytest.raises(ConfigError, match="maxOffsetsPerTrigger='5': only for a stream"):
+        BatchOptions.parse({**SPARK, "maxOffsetsPerTrigger": "5"})
+    with pytest.raises(ConfigError, match="startingOffsets='committed': needs the group"):
+        BatchOptions.parse(
+            {"kafka.bootstrap.servers": "h:1", "subscribe": "t", "startingOffsets": "committed"}
+        )
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({}, "give exactly one of subscribe, subscribePattern, assign"),
+        ({"subscribe": "a", "assign": '{"a": [0]}'}, "give exactly one of"),
+        ({"subscribePattern": "a("}, "not a regular expression"),
+        ({"assign": "[0, 1]"}, "not JSON of partitions per topic"),
+        ({"assign": '{"a": []}'}, "names no partitions"),
+    ],
+)
+def test_exactly_one_subscription_and_a_valid_one(given: dict[str, str], message: str) -> None:
+    options = {"kafka.bootstrap.servers": "h:1", "kafka.group.id": "g", **given}
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        StreamOptions.parse(options)
+
+
+def test_a_pattern_covers_whole_names_and_assign_its_topics() -> None:
+    base = {"kafka.bootstrap.servers": "h:1", "kafka.group.id": "g"}
+    pattern = StreamOptions.parse({**base, "subscribePattern": "orders-.*"}).subscription
+    assert [pattern.covers(t) for t in ("orders-eu", "orders", "x-orders-eu")] == [
+        True,
+        False,
+        False,
+    ]
+    assigned = StreamOptions.parse({**base, "assign": '{"a": [0, 2], "b": [1]}'}).subscription
+    assert assigned.topics == ("a", "b")
+    assert assigned.assigned == {"a": frozenset({0, 2}), "b": frozenset({1})}

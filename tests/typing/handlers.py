@@ -67,3 +67,25 @@ def key_as_hex(raw: bytes | None, /) -> str:
 @app.subscriber("sessions", key_decoder=key_as_hex)
 async def custom_key(record: Record[bytes, Any]) -> None:
     assert_type(record.key, Any)
+
+
+# A handler under @app.publisher returns what it publishes; the decorators keep its type.
+@app.publisher("receipts")
+@app.subscriber("payments")
+async def pay(record: Record[dict[str, Any]]) -> dict[str, int]:
+    return {"paid": 1}
+
+
+paid: Callable[[Record[dict[str, Any]]], Coroutine[Any, Any, dict[str, int]]] = pay
+
+
+@app.on_partitions_assigned
+async def assigned(partitions: list[Any]) -> None: ...
+
+
+@app.on_startup
+async def started() -> None: ...
+
+
+@app.on_startup  # type: ignore[type-var]
+async def takes_an_argument(x: int) -> None: ...
