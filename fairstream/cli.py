@@ -1,8 +1,8 @@
 """The ``fairstream`` command: parse arguments, call the library, print.
 
 Each subcommand has an ``_add_<name>`` that declares its options and a
-``_run_<name>`` that does the work: ``broker`` and ``run`` here, ``lag`` and ``plan``
-in :mod:`fairstream._cli_groups`, ``topic`` and ``produce`` in
+``_run_<name>`` that does the work: ``asyncapi``, ``broker`` and ``run`` here, ``lag``
+and ``plan`` in :mod:`fairstream._cli_groups`, ``topic`` and ``produce`` in
 :mod:`fairstream._cli_kafka`, ``backfill`` in :mod:`fairstream._cli_backfill`,
 ``stream`` in :mod:`fairstream._cli_stream`. A :class:`FairstreamError` becomes one
 line on stderr and exit status 2; anything else keeps its traceback, because it is a bug.
@@ -15,6 +15,7 @@ import importlib.metadata
 import importlib.util
 import logging
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,6 +37,7 @@ from fairstream.errors import ConfigError, FairstreamError
 
 if TYPE_CHECKING:
     from fairstream import App
+    from fairstream.supervisor import Supervision
 
 __all__ = ["main"]
 
@@ -128,6 +130,24 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="address for --http-port: every interface by default, so container probes "
         "and Prometheus reach it on the pod's address; 127.0.0.1 keeps it local",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N worker processes (group members) under one supervisor, to use N cores: "
+        "it forwards SIGINT/SIGTERM, restarts a worker that dies (with backoff; one that "
+        "exits 2 stops them all, exit 2), names static members <instance_id>-<i>, and "
+        "serves one --http-port for all: ready when every worker is, metrics with a "
+        "worker label (default: 1, no supervisor)",
+    )
+    parser.add_argument(
+        "--reload",
+        action="store_true",
+        help="for development: restart the app when a .py file under the current "
+        "directory changes (needs the reload extra: pip install 'fairstream[reload]'); "
+        "not with --workers above 1",
+    )
     parser.set_defaults(run=_run_run, log_level_default="INFO")
 
 
@@ -138,17 +158,58 @@ def _run_run(args: argparse.Namespace) -> int:
 
     if args.http_port is not None and not 1 <= args.http_port <= 65535:
         raise ConfigError("--http-port", args.http_port, "is not a TCP port", "give 1-65535")
-    app = load_app(args.app)
+    supervision = _supervision(args)
+    app = load_app(args.app)  # under a supervisor too: a bad app fails once, not per worker
     if args.bootstrap:
         app.bootstrap = args.bootstrap
     if app.bootstrap:
         check_bootstrap(app.bootstrap)
     _override_app(app, args)
-    if args.http_port is None:
+    if supervision is not None:
+        from fairstream.supervisor import supervise
+
+        return supervise(supervision)
+    from fairstream.supervisor import worker_setup
+
+    worker = worker_setup()
+    if worker is not None:  # one of a supervisor's workers
+        import structlog
+
+        app.instance_id = worker.instance_id(app.instance_id)
+        structlog.contextvars.bind_contextvars(worker=worker.index)
+        anyio.run(partial(_run_with_status, app, sock=worker.sock))
+    elif args.http_port is None:
         anyio.run(app.run)
     else:
-        anyio.run(_run_with_status, app, args.http_host, args.http_port)
+        anyio.run(partial(_run_with_status, app, host=args.http_host, port=args.http_port))
     return 0
+
+
+def _supervision(args: argparse.Namespace) -> Supervision | None:
+    """What ``--workers``/``--reload`` ask a supervisor to run; ``None``: run in-process."""
+    from fairstream.supervisor import Supervision, worker_command
+
+    if args.workers == 1 and not args.reload:
+        return None
+    supervision = Supervision(
+        command=worker_command(
+            args.app,
+            bootstrap=args.bootstrap,
+            options=[
+                ("--group-id", args.group_id),
+                ("--assignor", args.assignor),
+                ("--log-level", args.log_level),
+                ("--log-format", args.log_format),
+            ],
+        ),
+        workers=args.workers,
+        http_host=args.http_host,
+        http_port=args.http_port,
+        reload=args.reload,
+    )
+    if args.reload:
+        require_extra("reload", "watchfiles")
+    return supervision
 
 
 def _override_app(app: App, args: argparse.Namespace) -> None:
@@ -167,7 +228,9 @@ def _override_app(app: App, args: argparse.Namespace) -> None:
         app.assignor = strategy_names(args.env["assignor"], field="FAIRSTREAM_ASSIGNOR")
 
 
-async def _run_with_status(app: App, host: str, port: int) -> None:
+async def _run_with_status(
+    app: App, *, host: str = "127.0.0.1", port: int = 0, sock: socket.socket | None = None
+) -> None:
     import anyio
 
     from fairstream import serve_status
@@ -182,7 +245,7 @@ async def _run_with_status(app: App, host: str, port: int) -> None:
         async with anyio.create_task_group() as tasks:
             await tasks.start(
                 lambda task_status: serve_status(
-                    app, host=host, port=port, metrics=metrics, task_status=task_status
+                    app, host=host, port=port, metrics=metrics, sock=sock, task_status=task_status
                 )
             )
             await app.run()
@@ -203,6 +266,60 @@ def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
     while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
         inner = inner.exceptions[0]
     return inner
+
+
+# --- asyncapi -----------------------------------------------------------------------
+
+
+def _add_asyncapi(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "asyncapi",
+        help="print an AsyncAPI 3.0 document of an App's topics and payloads",
+        description=(
+            "Import APP (module:attribute, as for 'run') and print an AsyncAPI 3.0 document "
+            "of it: a channel per topic, a receive operation per subscriber (a send "
+            "operation per publisher), payload schemas from the handlers' type hints "
+            "(Record[bytes|str|dict|<pydantic model>]). Nothing connects to Kafka."
+        ),
+    )
+    parser.add_argument("app", metavar="APP", help="the App to describe, as module:attribute")
+    parser.add_argument(
+        "--format",
+        choices=["json", "yaml"],
+        default="json",
+        help="json (default) or yaml (needs PyYAML: pip install pyyaml)",
+    )
+    parser.add_argument(
+        "--title", default=None, help="the document's info.title (default: the App's group_id)"
+    )
+    parser.add_argument(
+        "--version",
+        dest="doc_version",
+        default="1.0.0",
+        metavar="V",
+        help="the document's info.version, your API's version (default: 1.0.0)",
+    )
+    parser.set_defaults(run=_run_asyncapi)
+
+
+def _run_asyncapi(args: argparse.Namespace) -> int:
+    import json
+
+    from fairstream import load_app
+    from fairstream.asyncapi import asyncapi
+
+    if args.format == "yaml" and importlib.util.find_spec("yaml") is None:
+        raise ConfigError(
+            "--format", "yaml", "needs PyYAML, which is not installed", "run: pip install pyyaml"
+        )
+    document = asyncapi(load_app(args.app), title=args.title, version=args.doc_version)
+    if args.format == "yaml":
+        import yaml  # type: ignore[import-untyped]
+
+        print(yaml.safe_dump(document, sort_keys=False), end="")
+    else:
+        print(json.dumps(document, indent=2))
+    return 0
 
 
 # --- entry point --------------------------------------------------------------------
@@ -267,6 +384,7 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     add_bootstrap(parser, what="the cluster, for the commands that use one")
     parser.set_defaults(bootstrap=env.get("bootstrap"), env=env)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_asyncapi(commands)
     _add_broker(commands)
     add_backfill(commands)
     add_lag(commands)

@@ -315,6 +315,43 @@ class App(HandlerRegistry, HookRegistry):
             raise ConfigError("app", self.group_id, "is not running", "commit from a handler")
         return await self._engine.acknowledge((record.topic, record.partition), record.offset + 1)
 
+    def pause(self, topic: str, partition: int) -> None:
+        """Stop fetching ``topic``/``partition`` without giving it up (no rebalance).
+
+        Records already fetched into its queue (a queue target's worth at most) are
+        still handled and committed; nothing more is read until :meth:`resume`. The
+        pause lasts across rebalances while this member owns the partition (README,
+        "Pausing a partition").
+        """
+        tp = self._subscribed(topic, partition)
+        self._running_engine("pause").pause(tp)
+
+    def resume(self, topic: str, partition: int) -> None:
+        """Fetch a partition :meth:`pause` stopped again, from where it stopped."""
+        tp = self._subscribed(topic, partition)
+        self._running_engine("resume").resume(tp)
+
+    def _running_engine(self, what: str) -> Engine:
+        if self._engine is None:
+            raise ConfigError(
+                "app",
+                self.group_id,
+                "is not running",
+                f"{what} inside 'async with app' or a handler",
+            )
+        return self._engine
+
+    def _subscribed(self, topic: str, partition: int) -> tuple[str, int]:
+        if not any(topic in sub.topics for sub in self._subscribers):
+            raise ConfigError(
+                "topic", topic, "has no subscriber in this app", "pause a subscribed topic"
+            )
+        if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
+            raise ConfigError(
+                "partition", partition, "is not a partition number", "give an int >= 0"
+            )
+        return (topic, partition)
+
     def stats(self) -> AppStats:
         """Lag, queue depth, rates and latency per owned partition."""
         if self._engine is None:

@@ -7,6 +7,7 @@ an explicit ``decoder=``, so the per-record path does no type inspection.
 
 from __future__ import annotations
 
+import inspect
 import json
 import types
 import typing
@@ -24,6 +25,8 @@ __all__ = [
     "decoding_keys",
     "key_decoder_for",
     "passthrough",
+    "result_type_of",
+    "value_type_of",
 ]
 
 T_co = TypeVar("T_co", covariant=True)
@@ -128,6 +131,23 @@ def _decoder_of(value_type: Any) -> Decoder[Any] | None:
     if hasattr(value_type, "model_validate_json"):
         return _model(value_type)
     return None
+
+
+def value_type_of(handler: Callable[..., Any], *, batch: bool, decoder: Decoder[Any] | None) -> Any:
+    """The type a handler's record values decode into; ``None`` with an explicit decoder
+    (what it returns is its own business). For documents such as AsyncAPI."""
+    if decoder is not None:
+        return None
+    return _value_type(record_annotation(handler, record_parameter(handler, batch=batch)), batch)
+
+
+def result_type_of(handler: Callable[..., Any]) -> Any:
+    """What a handler's hint says it returns (``None``: no hint, or one that does not
+    resolve at run time); what ``@app.publisher`` sends, for documents."""
+    try:
+        return typing.get_type_hints(inspect.unwrap(handler)).get("return")
+    except Exception:  # a hint naming what exists only for type checkers
+        return None
 
 
 def decoder_for(

@@ -214,6 +214,13 @@ class Engine:
         if self._failure is not None:
             raise self._failure
 
+    def pause(self, tp: TP) -> None:
+        """Fetch nothing more of ``tp`` until :meth:`resume`; it stays assigned."""
+        self._fetcher.pause(tp)
+
+    def resume(self, tp: TP) -> None:
+        self._fetcher.resume(tp)
+
     def oldest_in_flight(self) -> float:
         """Seconds the oldest record in hand has been there (0.0: none is)."""
         return self._stuck.oldest(time.monotonic())

@@ -5,6 +5,16 @@ a little ahead of its handler: they die young, and the garbage collector never
 walks a heap of a million waiting records. Backpressure is *not pulling*: unlike
 ``pause()``, that keeps aiokafka's fetched data, undecoded, until there is room.
 
+``app.pause(topic, partition)`` stops fetching one partition without giving it up
+(aiokafka's ``pause()``): records not pulled yet stay where they are, those already
+in its queue (a queue target's worth at most) are still handled, and its offsets
+are committed as usual. The pause is this member's wish, kept until ``resume()``:
+it is applied again when the partition is assigned again (after a rebalance or a
+consumer rebuild), as long as this member owns it. Two layers hold it: aiokafka's
+pause sends no fetch for the partition, and the pull in turn gives it no allowance,
+so a buffer aiokafka fetched before (or between an assignment and the pause
+applied again) waits in aiokafka until ``resume()``.
+
 A consumer whose group coordination died for good (``consumer_broken``) is
 replaced here: its partitions are released the usual way (``release_all``) and a
 new consumer rejoins the group.
@@ -111,6 +121,8 @@ class Fetcher:
         """Bytes per record in the last pull, to keep a pull within ``max_buffered_bytes``."""
         self.rebuilt = 0
         """Consumers rebuilt since the app started (for ``app.stats()``)."""
+        self.paused: set[TP] = set()
+        """The partitions ``app.pause()`` paused, owned or not (applied when owned)."""
 
     def stop(self) -> None:
         """Pull no more; the loop ends at its next turn."""
@@ -122,7 +134,29 @@ class Fetcher:
         self._rebuilds = 0
         self._next.clear()
         self._aside.clear()
+        owned = [self._topic_partition(tp) for tp in self.paused if tp in self._scheduler.queues]
+        if owned:  # paused by the user before: still paused (the assignment resumed them)
+            self._clients.consumer.pause(*owned)
         self._room.set()
+
+    def pause(self, tp: TP) -> None:
+        """Fetch nothing more of ``tp`` until :meth:`resume` (see the module docstring)."""
+        self.paused.add(tp)
+        if tp in self._scheduler.queues:
+            self._clients.consumer.pause(self._topic_partition(tp))
+            log.info("partition_paused", topic=tp[0], partition=tp[1])
+
+    def resume(self, tp: TP) -> None:
+        """Fetch ``tp`` again, from the record after the last one pulled."""
+        if tp not in self.paused:
+            return
+        self.paused.discard(tp)
+        if tp in self._scheduler.queues:
+            self._clients.consumer.resume(self._topic_partition(tp))
+            log.info("partition_resumed", topic=tp[0], partition=tp[1])
+        self._room.set()
+        if self._in_turn is not None:
+            self._in_turn.wake()
 
     async def run(self) -> None:
         """Pull what the queues have room for until :meth:`stop`."""
@@ -329,8 +363,8 @@ class Fetcher:
         ``TopicPartition`` is a tuple, so it finds the queue of ``(topic, partition)``.
         """
         queue = self._scheduler.queues.get(tp)
-        if queue is None or queue.paused:
-            return 0
+        if queue is None or queue.paused or tp in self.paused:
+            return 0  # a paused one's buffer waits in aiokafka for resume()
         if self._aside and self._aside.get(tp, (0, 0.0))[1] > time.monotonic():
             return 0
         return self._config.queue_target_records - queue.count

@@ -17,18 +17,20 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
+import socket
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import final
+from typing import Protocol, final
 
 import anyio
 import anyio.abc
+import anyio.streams.stapled
 import structlog
 
 from fairstream.errors import ConfigError, describe
-from fairstream.runtime._app import App
+from fairstream.runtime._app import Health
 
-__all__ = ["serve_status"]
+__all__ = ["StatusSource", "serve_status"]
 
 log = structlog.get_logger(__name__)
 
@@ -36,10 +38,21 @@ _LOG_INTERVAL = 60.0  # seconds between two status_accept_failed events at most
 _RETRY_PAUSE = 0.5  # seconds before accepting again when no connection can be closed
 _OUT_OF_FILES = (errno.EMFILE, errno.ENFILE)  # the process's limit, the system's
 
+
+class StatusSource(Protocol):
+    """What the endpoint reports on: an :class:`~fairstream.App`, or the supervisor
+    of ``fairstream run --workers N`` speaking for its workers."""
+
+    def health(self) -> Health: ...
+    def metrics_text(self) -> str: ...
+
+
 _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 
 
-def _route(app: App, metrics: Callable[[], str], method: str, path: str) -> tuple[int, str, str]:
+def _route(
+    app: StatusSource, metrics: Callable[[], str], method: str, path: str
+) -> tuple[int, str, str]:
     """(status, content type, body) for one request line."""
     if method != "GET":
         return 405, "text/plain", "only GET\n"
@@ -53,7 +66,7 @@ def _route(app: App, metrics: Callable[[], str], method: str, path: str) -> tupl
 
 
 async def _answer(
-    app: App,
+    app: StatusSource,
     metrics: Callable[[], str],
     stream: anyio.abc.SocketStream,
     *,
@@ -173,14 +186,15 @@ async def _accept(
 
 
 async def serve_status(
-    app: App,
+    app: StatusSource,
     *,
-    port: int,
+    port: int = 0,
     host: str = "127.0.0.1",
     metrics: Callable[[], str] | None = None,
     max_connections: int = 64,
     read_timeout: float = 5.0,
     write_timeout: float = 5.0,
+    sock: socket.socket | None = None,
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the status endpoint until cancelled; nothing a client does ends it.
@@ -192,6 +206,9 @@ async def serve_status(
     take its answer within ``write_timeout``, is closed. Failing to accept (out of
     file descriptors) or to answer is logged and served through, never raised, so
     the status port cannot take the consumer beside it down.
+
+    ``sock``, a listening socket, is served instead of ``host:port``: a worker of
+    ``fairstream run --workers N`` serves the one its supervisor bound for it.
 
     :raises ConfigError: a limit is not positive, or it cannot listen on
         ``host:port`` (the port is taken or out of range, or the host is no address
@@ -205,7 +222,13 @@ async def serve_status(
         if value <= 0:
             raise ConfigError(field, value, "must be > 0")
     try:
-        listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+        if sock is None:
+            listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+        else:
+            listener = anyio.streams.stapled.MultiListener(
+                [await anyio.abc.SocketListener.from_socket(sock)]
+            )
+            host, port = sock.getsockname()[:2]
     except (OSError, OverflowError) as exc:
         raise ConfigError(
             "status endpoint",

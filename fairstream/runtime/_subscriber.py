@@ -21,6 +21,8 @@ from fairstream.runtime._decode import (
     decoding_keys,
     key_decoder_for,
     passthrough,
+    result_type_of,
+    value_type_of,
 )
 from fairstream.runtime._middleware import Middleware, compose
 from fairstream.runtime._publisher import PublishResult, check_publishes, publishing
@@ -56,6 +58,11 @@ class Subscriber:
     """Records (dispatches, for batch handlers) of this subscriber in flight at once."""
     publishes: tuple[str, ...] = ()
     """The topics its handler's return values are published to (``@app.publisher``)."""
+    value_type: Any = bytes
+    """The type of the values the handler gets (``Record[V]``'s ``V``); ``None`` for
+    an explicit ``decoder=`` (``fairstream asyncapi`` documents it as any payload)."""
+    result_type: Any = None
+    """What the handler returns, as hinted (``None``: no hint), which a publisher sends."""
 
     @property
     def keyed(self) -> bool:
@@ -117,6 +124,8 @@ def new_subscriber(
         ordering=settings.ordering,
         concurrency=settings.concurrency,
         publishes=publishes,
+        value_type=value_type_of(handler, batch=batch, decoder=decoder),
+        result_type=result_type_of(handler) if publishes else None,
     )
 
 

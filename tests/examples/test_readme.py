@@ -47,8 +47,10 @@ def _run(name: str, folder: Path) -> subprocess.CompletedProcess[str]:
 
 def test_every_marked_block_is_checked_here() -> None:
     assert _blocks().keys() == {
+        "asyncapi_demo.py",
         "logging_demo.py",
         "metrics_demo.py",
+        "pause_demo.py",
         "test_orders.py",
         "test_service.py",
     }
@@ -78,6 +80,22 @@ def test_testing_your_app_the_test_passes(tmp_path: Path) -> None:
     result = _run("test_orders.py", tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed" in result.stdout
+
+
+def test_pause_nothing_is_fetched_until_resume(tmp_path: Path) -> None:
+    result = _run("pause_demo.py", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith("sent [0]\n")
+
+
+def test_asyncapi_the_model_is_the_payload(tmp_path: Path) -> None:
+    result = _run("asyncapi_demo.py", tmp_path)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["asyncapi"] == "3.0.0" and document["info"]["title"] == "Billing"
+    assert document["channels"]["orders"]["address"] == "orders"
+    order = document["components"]["schemas"]["Order"]
+    assert order["properties"]["amount"] == {"title": "Amount", "type": "number"}
 
 
 def test_publishers_hooks_and_listeners_the_test_passes(tmp_path: Path) -> None:
