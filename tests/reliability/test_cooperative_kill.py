@@ -66,7 +66,11 @@ async def test_a_member_killed_between_the_two_rounds_loses_nothing(
     topic = f"ck-{uuid.uuid4().hex[:10]}"
     await create_topic(noida.bootstrap, topic, PARTITIONS)
     ids = make_ids("ck", RECORDS)
-    await produce_ids(noida.bootstrap, topic, ids, PARTITIONS)
+    # Half before the members start, half once the kill has landed: on a loaded machine
+    # the cooperative rounds can outlast the first half, so records still flow to every
+    # partition, the victim's among them, after the kill whatever the timing.
+    half = RECORDS // 2
+    await produce_ids(noida.bootstrap, topic, ids[:half], PARTITIONS)
     sink = tmp_path / "sink"
     env = {
         **os.environ,
@@ -90,7 +94,7 @@ async def test_a_member_killed_between_the_two_rounds_loses_nothing(
                 await anyio.sleep(0.01)
         victim = victims[0]
         await stop_sink(members[victim], signal.SIGKILL, 10)
-        seen_at_kill = len(read_sightings(sink))
+        await produce_ids(noida.bootstrap, topic, ids[half:], PARTITIONS)
         # Killed between the rounds: its last word was the revoke, no join after it.
         last = _rounds(tmp_path / f"{victim}.log")[-1]
         assert last["event"] == "cooperative_assignment" and last["revoked"], last
@@ -101,5 +105,4 @@ async def test_a_member_killed_between_the_two_rounds_loses_nothing(
             if process.poll() is None:
                 await stop_sink(process, signal.SIGTERM, 30)
     result = check("cooperative kill", ids, [s.id for s in read_sightings(sink)], seconds=0)
-    assert seen_at_kill < RECORDS  # the kill landed mid-stream
     assert result.lost == 0, sorted(result.lost_ids)[:20]
