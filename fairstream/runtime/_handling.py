@@ -136,6 +136,10 @@ class DispatchRunner:
         them until they finish (``False``: ``tp`` is not owned)."""
         return self._offsets.admit_all(tp, records)
 
+    def busy(self) -> set[TP]:
+        """The partitions with a record in a handler (exactly-once's commit barrier)."""
+        return {(s.record.topic, s.record.partition) for s in self.in_hand if s.record}
+
     def skip(self, tp: TP) -> tuple[OffsetRange, ...]:
         """Offsets of ``tp`` a previous owner finished: not to be run again."""
         return self._offsets.skip(tp)

@@ -1,0 +1,215 @@
+"""Exactly-once: one Kafka transaction per input partition for outputs and offsets.
+
+Under ``App(processing="exactly_once")`` a record's outputs (``app.publish`` from its
+handler, its dead letters) and the group's offset for it commit together or not at
+all, and the consumer reads ``read_committed``: a reader with ``read_committed`` sees
+each input's outputs exactly once.
+
+Why one transactional producer per *input partition*, with the stable transactional
+id ``f"{group_id}-{topic}-{partition}"``: a member that lost a partition (a long
+pause, a network split) must never commit a transaction for it after the new owner
+started. Kafka Streams' exactly-once v2 (KIP-447) fences such a zombie by the group's
+generation, sent in TxnOffsetCommit v3; aiokafka 0.14 sends only v0/v1, so that needs
+a request of our own. With an id per input partition the new owner's InitProducerId
+(sent here, in :meth:`Transactions.fence`, *before* the assignment reads the committed
+offsets) aborts the zombie's open transaction and fences its producer at once. Any
+design that waits for a transaction timeout hangs on noida, which never expires an
+open transaction. The cost: a producer (one connection's worth of state) per owned
+partition.
+
+The barrier (ordering ``"partition"``): a partition's outputs go into its transaction
+while its slice of records is in a handler, and its watermark moves only when the
+slice ends; so a transaction is committed only for partitions with no slice in hand
+(:meth:`Transactions.commit`'s ``busy``), with exactly the offsets finished so far. A
+partition busy at every tick waits for a tick where it is not (a slice is at most
+``partition_quota`` records). Key and unordered lanes finish records out of order;
+their barrier (hold the tick until no record of the partition is in a handler) is
+planned and refused at build time for now.
+
+A failed commit aborts the transaction and stops the app with a ``BrokerError``:
+the outputs are gone with the offsets, and the next owner (or the restarted app)
+handles the records again from the last committed offset. A fenced producer is a
+zombie: it stops the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from typing import final
+
+import anyio
+import structlog
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
+from aiokafka.structs import OffsetAndMetadata
+
+from fairstream.errors import BrokerError, describe
+from fairstream.logs import current_record
+from fairstream.runtime._record import TP, Headers
+
+__all__ = ["Transactions", "handled_partition", "transactional_id"]
+
+log = structlog.get_logger(__name__)
+
+
+def transactional_id(group_id: str, tp: TP) -> str:
+    """The stable id of ``tp``'s producer: its next owner's InitProducerId fences ours."""
+    return f"{group_id}-{tp[0]}-{tp[1]}"
+
+
+def handled_partition() -> TP | None:
+    """The input partition of the record this task is handling; ``None`` outside one.
+
+    A publish from outside a handler (a lifecycle hook, an HTTP route) has no input
+    partition and so no transaction: it goes through the app's plain producer.
+    """
+    slot = current_record.get()
+    record = slot.record if slot is not None else None
+    return None if record is None else (record.topic, record.partition)
+
+
+@final
+class Transactions:
+    """One member's transactional producers, one per owned input partition."""
+
+    def __init__(
+        self,
+        *,
+        group_id: str,
+        bootstrap: str,
+        new_producer: Callable[[str], AIOKafkaProducer],
+    ) -> None:
+        self.group_id = group_id
+        self._bootstrap = bootstrap
+        self._new_producer = new_producer
+        self._producers: dict[TP, AIOKafkaProducer] = {}
+        self._locks: dict[TP, anyio.Lock] = {}
+        self._open: set[TP] = set()
+
+    async def fence(self, tps: Collection[TP]) -> None:
+        """Start ``tps``' producers: InitProducerId aborts a previous owner's transaction.
+
+        Called on assignment before the committed offsets are read, so no zombie
+        commit can land between the read and the first record.
+        """
+        for tp in sorted(tps):
+            if tp in self._producers:
+                continue
+            producer = self._new_producer(transactional_id(self.group_id, tp))
+            try:
+                await producer.start()
+            except KafkaError as exc:
+                await producer.stop()
+                raise self._error(
+                    tp,
+                    "starting the transactional producer (does the broker support "
+                    "transactions? tansu does not)",
+                    exc,
+                ) from exc
+            self._producers[tp] = producer
+            self._locks[tp] = anyio.Lock()
+        log.debug("transactions_fenced", partitions=sorted(tps))
+
+    async def publish(
+        self,
+        tp: TP,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None,
+        headers: Headers,
+        partition: int | None,
+    ) -> None:
+        """Send a record into ``tp``'s open transaction (opened here if none is)."""
+        if tp not in self._producers:
+            await self.fence([tp])  # ours since the assignment, fenced lazily after a restart
+        producer = self._producers[tp]
+        async with self._locks[tp]:
+            try:
+                if tp not in self._open:
+                    await producer.begin_transaction()
+                    self._open.add(tp)
+                await producer.send_and_wait(
+                    topic, value, key=key, headers=list(headers), partition=partition
+                )
+            except KafkaError as exc:
+                raise self._error(tp, f"publishing to topic {topic!r}", exc) from exc
+
+    async def commit(self, offsets: Mapping[TP, tuple[int, str]], busy: Collection[TP]) -> set[TP]:
+        """Commit each idle partition's transaction with its offset; the ones committed.
+
+        ``offsets``: the watermark (and offset map) per partition to commit; a
+        partition of ``busy`` has a slice in a handler, so its transaction holds
+        outputs of records its watermark does not cover yet: it waits for the next
+        tick. A partition with outputs and no new offset commits its outputs alone.
+
+        :raises BrokerError: a transaction failed (aborted where it still could be).
+        """
+        done: set[TP] = set()
+        for tp in sorted((set(offsets) | self._open) - set(busy)):
+            producer = self._producers.get(tp)
+            if producer is None:
+                if tp in offsets:
+                    await self.fence([tp])
+                    producer = self._producers[tp]
+                else:
+                    continue
+            async with self._locks[tp]:
+                try:
+                    if tp not in self._open:
+                        await producer.begin_transaction()
+                        self._open.add(tp)
+                    if tp in offsets:
+                        offset, metadata = offsets[tp]
+                        await producer.send_offsets_to_transaction(
+                            {TopicPartition(*tp): OffsetAndMetadata(offset, metadata)},
+                            self.group_id,
+                        )
+                    await producer.commit_transaction()
+                    self._open.discard(tp)
+                except KafkaError as exc:
+                    await self._abort(tp, producer)
+                    raise self._error(tp, "committing the transaction", exc) from exc
+            done.add(tp)
+        return done
+
+    async def release(self, tps: Collection[TP]) -> None:
+        """Close ``tps``' producers (revoked or lost); an open transaction is aborted.
+
+        Their next owner fences the ids anyway; closing now frees the connections and
+        lets this member fence afresh if a partition comes back.
+        """
+        for tp in sorted(set(tps) & self._producers.keys()):
+            producer = self._producers.pop(tp)
+            self._locks.pop(tp)
+            if tp in self._open:
+                self._open.discard(tp)
+                await self._abort(tp, producer)
+            await producer.stop()
+
+    async def aclose(self) -> None:
+        await self.release(list(self._producers))
+
+    async def _abort(self, tp: TP, producer: AIOKafkaProducer) -> None:
+        """Abort ``tp``'s transaction; a fenced producer cannot, and need not (its
+        fencer aborted it)."""
+        self._open.discard(tp)
+        try:
+            await producer.abort_transaction()
+        except KafkaError as exc:
+            log.warning(
+                "transaction_abort_failed",
+                topic=tp[0],
+                partition=tp[1],
+                reason=f"{describe(exc)}; the partition's next owner aborts it when it "
+                "fences the transactional id",
+            )
+
+    def _error(self, tp: TP, what: str, exc: KafkaError) -> BrokerError:
+        return BrokerError(
+            f"exactly-once: {what} for {tp[0]}[{tp[1]}] failed: {describe(exc)}; "
+            "its outputs are aborted and the records are handled again from the last "
+            "committed offset",
+            bootstrap=self._bootstrap,
+            retriable=False,
+        )

@@ -1,0 +1,163 @@
+"""Exactly-once consume-transform-produce on noida, with real processes (issue 41).
+
+:mod:`tests.reliability.eos_app` publishes one output per input. Under
+at-least-once each SIGKILL repeats the records handled since the last commit, and
+so their outputs; under exactly-once those outputs were in a transaction the
+restarted member's InitProducerId aborted, and a ``read_committed`` reader sees
+every input's output once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from tests.conftest import Broker
+from tests.kafka_helpers import create_topic, produce
+from tests.reliability.scenarios import REPO, stop_sink
+
+pytestmark = pytest.mark.broker
+
+PARTITIONS, RECORDS = 4, 5_000
+"""At 5 ms a record and one record in hand per partition a run takes about 6 s, so
+the kills at a quarter and at half of the records land mid-stream."""
+
+
+def _spawn(env: dict[str, str], name: str, log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as err:
+        return subprocess.Popen(
+            [
+                *(sys.executable, "-m", "fairstream", "--log-level", "WARNING", "run"),
+                *("tests.reliability.eos_app:build", "--log-format", "json"),
+            ],
+            cwd=REPO,
+            env={**os.environ, **env, "FAIRSTREAM_INSTANCE_ID": name},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+
+
+class _Group:
+    """Reads a group's committed offsets and a topic's end, through one consumer."""
+
+    def __init__(self, bootstrap: str, group_id: str, topic: str) -> None:
+        self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id)
+        self._tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+
+    async def start(self) -> None:
+        await self._consumer.start()
+
+    async def committed(self) -> int:
+        total = 0
+        for tp in self._tps:
+            total += await self._consumer.committed(tp) or 0
+        return total
+
+    async def wait_committed(self, at_least: int, limit: float = 60) -> int:
+        with anyio.fail_after(limit):
+            while (done := await self.committed()) < at_least:  # noqa: ASYNC110 - the broker's commits: no event
+                await anyio.sleep(0.05)
+        return done
+
+    async def aclose(self) -> None:
+        await self._consumer.stop()
+
+
+async def _read_committed(bootstrap: str, topic: str) -> list[bytes]:
+    """Every value of ``topic`` a ``read_committed`` reader sees, up to the stable end."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        request_timeout_ms=10_000,
+    )
+    await consumer.start()
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    try:
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)  # the last stable offsets under read_committed
+        values: list[bytes] = []
+        with anyio.fail_after(30):
+            while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+                batches = await consumer.getmany(timeout_ms=200)
+                values += [r.value for records in batches.values() for r in records if r.value]
+        return values
+    finally:
+        await consumer.stop()
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path
+
+
+async def _topics(bootstrap: str) -> tuple[str, str]:
+    run = uuid.uuid4().hex[:8]
+    source, sink = f"eos-in-{run}", f"eos-out-{run}"
+    await create_topic(bootstrap, source, PARTITIONS)
+    await create_topic(bootstrap, sink, PARTITIONS)
+    return source, sink
+
+
+async def test_sigkill_twice_every_input_has_one_output(own_noida: Broker, workdir: Path) -> None:
+    bootstrap = own_noida.bootstrap
+    source, sink = await _topics(bootstrap)
+    ids = [f"id-{n}".encode() for n in range(RECORDS)]
+    await produce(bootstrap, source, ((n % PARTITIONS, value) for n, value in enumerate(ids)))
+    group_id = f"eos-{uuid.uuid4().hex[:8]}"
+    env = {
+        "FAIRSTREAM_BOOTSTRAP": bootstrap,
+        "EOS_GROUP_ID": group_id,
+        "EOS_INPUT": source,
+        "EOS_OUTPUT": sink,
+        "EOS_DELAY": "0.005",
+    }
+    group = _Group(bootstrap, group_id, source)
+    await group.start()
+    try:
+        for kill_at in (RECORDS // 4, RECORDS // 2):
+            app = _spawn(env, "eos-0", workdir / "app.log")
+            at_kill = await group.wait_committed(kill_at)
+            await stop_sink(app, signal.SIGKILL, 10)
+            assert at_kill < RECORDS, "the kill came after the last record"
+        app = _spawn(env, "eos-0", workdir / "app.log")
+        await group.wait_committed(RECORDS)
+        assert await stop_sink(app, signal.SIGTERM, 30) == 0
+        assert await group.committed() == RECORDS  # the group ends at the log end
+    finally:
+        await group.aclose()
+    outputs = Counter(await _read_committed(bootstrap, sink))
+    log = (workdir / "app.log").read_text(errors="replace")
+    assert set(outputs) == set(ids), log[-2000:]
+    duplicated = {value: n for value, n in outputs.items() if n > 1}
+    assert not duplicated, f"{len(duplicated)} inputs with more than one output"
+
+
+async def test_aborted_transaction_is_never_read(noida: Broker) -> None:
+    """(d) a transaction aborted after its sends: a read_committed reader skips it."""
+    bootstrap = noida.bootstrap
+    _, sink = await _topics(bootstrap)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"t-{sink}")
+    await producer.start()
+    try:
+        await producer.begin_transaction()
+        for n in range(10):
+            await producer.send_and_wait(sink, b"aborted-%d" % n, partition=n % PARTITIONS)
+        await producer.abort_transaction()
+        await producer.begin_transaction()
+        await producer.send_and_wait(sink, b"kept", partition=0)
+        await producer.commit_transaction()
+    finally:
+        await producer.stop()
+    assert await _read_committed(bootstrap, sink) == [b"kept"]
