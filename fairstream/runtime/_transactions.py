@@ -85,6 +85,10 @@ class Transactions:
         self._producers: dict[TP, AIOKafkaProducer] = {}
         self._locks: dict[TP, anyio.Lock] = {}
         self._open: set[TP] = set()
+        self._failure: BrokerError | None = None
+        """A publish that failed (a fenced producer, say): its transaction cannot
+        commit, and the handler saw it as its own error; the next commit stops the
+        app with it."""
 
     async def fence(self, tps: Collection[TP]) -> None:
         """Start ``tps``' producers: InitProducerId aborts a previous owner's transaction.
@@ -133,7 +137,8 @@ class Transactions:
                     topic, value, key=key, headers=list(headers), partition=partition
                 )
             except KafkaError as exc:
-                raise self._error(tp, f"publishing to topic {topic!r}", exc) from exc
+                self._failure = self._error(tp, f"publishing to topic {topic!r}", exc)
+                raise self._failure from exc
 
     async def commit(self, offsets: Mapping[TP, tuple[int, str]], busy: Collection[TP]) -> set[TP]:
         """Commit each idle partition's transaction with its offset; the ones committed.
@@ -145,6 +150,11 @@ class Transactions:
 
         :raises BrokerError: a transaction failed (aborted where it still could be).
         """
+        if self._failure is not None:
+            for tp, producer in self._producers.items():
+                if tp in self._open:
+                    await self._abort(tp, producer)
+            raise self._failure
         done: set[TP] = set()
         for tp in sorted((set(offsets) | self._open) - set(busy)):
             producer = self._producers.get(tp)

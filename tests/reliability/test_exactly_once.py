@@ -22,6 +22,7 @@ import anyio
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from fairstream.runtime._static_leave import _StaticLeave
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic, produce
 from tests.reliability.scenarios import REPO, stop_sink
@@ -161,3 +162,61 @@ async def test_aborted_transaction_is_never_read(noida: Broker) -> None:
     finally:
         await producer.stop()
     assert await _read_committed(bootstrap, sink) == [b"kept"]
+
+
+async def _remove_member(bootstrap: str, group_id: str, instance_id: str) -> None:
+    """Remove a static member from its group by instance id (LeaveGroup v3), as Kafka's
+    ``removeMembersFromConsumerGroup`` does: noida never moves a frozen member's
+    partitions by itself."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id)
+    await consumer.start()
+    try:
+        coordinator = consumer._coordinator
+        await coordinator.ensure_coordinator_known()
+        response = await coordinator._send_req(_StaticLeave(group_id, "", instance_id))
+        assert not response.error_code, response
+        assert not any(code for *_, code in response.members), response
+    finally:
+        await consumer.stop()
+
+
+async def test_zombie_member_is_fenced(own_noida: Broker, workdir: Path) -> None:
+    """(c) a member frozen with SIGSTOP until its partitions move, then woken: the
+    new owner's InitProducerId fenced its transactions, so none of its outputs is
+    read twice."""
+    bootstrap = own_noida.bootstrap
+    source, sink = await _topics(bootstrap)
+    ids = [f"id-{n}".encode() for n in range(RECORDS)]
+    await produce(bootstrap, source, ((n % PARTITIONS, value) for n, value in enumerate(ids)))
+    group_id = f"eos-{uuid.uuid4().hex[:8]}"
+    env = {
+        "FAIRSTREAM_BOOTSTRAP": bootstrap,
+        "EOS_GROUP_ID": group_id,
+        "EOS_INPUT": source,
+        "EOS_OUTPUT": sink,
+        "EOS_DELAY": "0.005",
+    }
+    group = _Group(bootstrap, group_id, source)
+    await group.start()
+    zombie = _spawn(env, "eos-a", workdir / "a.log")
+    other = _spawn(env, "eos-b", workdir / "b.log")
+    try:
+        await group.wait_committed(RECORDS // 5)
+        zombie.send_signal(signal.SIGSTOP)
+        await _remove_member(bootstrap, group_id, "eos-a")
+        await group.wait_committed(RECORDS)  # eos-b took the zombie's partitions over
+        zombie.send_signal(signal.SIGCONT)
+        with anyio.move_on_after(20):  # fenced, it stops by itself; else it is stopped
+            await anyio.to_thread.run_sync(zombie.wait, abandon_on_cancel=True)
+        assert await stop_sink(other, signal.SIGTERM, 30) == 0
+    finally:
+        for process in (zombie, other):
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                process.kill()
+                process.wait(10)
+        await group.aclose()
+    outputs = Counter(await _read_committed(bootstrap, sink))
+    assert set(outputs) == set(ids)
+    duplicated = {value: n for value, n in outputs.items() if n > 1}
+    assert not duplicated, f"{len(duplicated)} inputs with more than one output"
