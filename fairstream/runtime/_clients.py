@@ -272,9 +272,9 @@ class AIOKafkaClients:
         headers: Headers = (),
         partition: int | None = None,
     ) -> None:
-        if self.transactions is not None and (tp := handled_partition()) is not None:
+        if self.transactions is not None and (handled := handled_partition()) is not None:
             await self.transactions.publish(
-                tp, topic, value, key=key, headers=headers, partition=partition
+                *handled, topic, value, key=key, headers=headers, partition=partition
             )
             return
         try:
@@ -301,6 +301,7 @@ class AIOKafkaClients:
                 if self.transactions is not None:
                     await self.transactions.publish(
                         (raw.topic, raw.partition),
+                        raw.offset,
                         topic,
                         copy.value,
                         key=key,

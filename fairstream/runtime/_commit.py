@@ -44,7 +44,7 @@ class Committer:
         stats: StatsRecorder,
         timeout: float,
         transactions: Transactions | None = None,
-        busy: Callable[[], set[TP]] = set,
+        busy: Callable[[], dict[TP, int]] = dict,
     ) -> None:
         self.group_id = group_id
         self._clients = clients
@@ -125,9 +125,9 @@ class Committer:
         return True
 
     async def _commit_transactions(self, pending: dict[TP, tuple[int, str]]) -> bool:
-        """Exactly-once: each idle partition's outputs and offset in one transaction.
+        """Exactly-once: each partition's outputs and offset in one transaction.
 
-        A busy partition (a record in a handler) waits for a later tick; a failed
+        A busy partition (a record in a handler) commits up to that record; a failed
         transaction raises ``BrokerError`` and the app stops (``_transactions``).
         """
         assert self._transactions is not None

@@ -136,9 +136,10 @@ class DispatchRunner:
         them until they finish (``False``: ``tp`` is not owned)."""
         return self._offsets.admit_all(tp, records)
 
-    def busy(self) -> set[TP]:
-        """The partitions with a record in a handler (exactly-once's commit barrier)."""
-        return {(s.record.topic, s.record.partition) for s in self.in_hand if s.record}
+    def busy(self) -> dict[TP, int]:
+        """Partition -> offset of its record in a handler (exactly-once's commit barrier)."""
+        in_hand = (slot.record for slot in self.in_hand)
+        return {(record.topic, record.partition): record.offset for record in in_hand if record}
 
     def skip(self, tp: TP) -> tuple[OffsetRange, ...]:
         """Offsets of ``tp`` a previous owner finished: not to be run again."""

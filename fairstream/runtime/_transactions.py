@@ -34,6 +34,7 @@ zombie: it stops the same way.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Collection, Mapping
 from typing import final
 
@@ -57,15 +58,15 @@ def transactional_id(group_id: str, tp: TP) -> str:
     return f"{group_id}-{tp[0]}-{tp[1]}"
 
 
-def handled_partition() -> TP | None:
-    """The input partition of the record this task is handling; ``None`` outside one.
+def handled_partition() -> tuple[TP, int] | None:
+    """The partition and offset of the record this task is handling; ``None`` outside one.
 
     A publish from outside a handler (a lifecycle hook, an HTTP route) has no input
     partition and so no transaction: it goes through the app's plain producer.
     """
     slot = current_record.get()
     record = slot.record if slot is not None else None
-    return None if record is None else (record.topic, record.partition)
+    return None if record is None else ((record.topic, record.partition), record.offset)
 
 
 @final
@@ -85,7 +86,12 @@ class Transactions:
         self._producers: dict[TP, AIOKafkaProducer] = {}
         self._locks: dict[TP, anyio.Lock] = {}
         self._open: set[TP] = set()
+        self._sent: dict[TP, list[asyncio.Future[object]]] = {}
+        """Deliveries of the open transactions, awaited before their commit: a publish
+        returns once its record is queued, since nobody can read it before the commit."""
         self._failure: BrokerError | None = None
+        self._published_for: dict[TP, int] = {}
+        """Per partition, the offset of the input whose output went in last."""
         """A publish that failed (a fenced producer, say): its transaction cannot
         commit, and the handler saw it as its own error; the next commit stops the
         app with it."""
@@ -112,11 +118,13 @@ class Transactions:
                 ) from exc
             self._producers[tp] = producer
             self._locks[tp] = anyio.Lock()
+            self._published_for.pop(tp, None)
         log.debug("transactions_fenced", partitions=sorted(tps))
 
     async def publish(
         self,
         tp: TP,
+        offset: int,
         topic: str,
         value: bytes | None,
         *,
@@ -124,7 +132,8 @@ class Transactions:
         headers: Headers,
         partition: int | None,
     ) -> None:
-        """Send a record into ``tp``'s open transaction (opened here if none is)."""
+        """Send the output of input ``offset`` of ``tp`` into ``tp``'s open transaction
+        (opened here if none is)."""
         if tp not in self._producers:
             await self.fence([tp])  # ours since the assignment, fenced lazily after a restart
         producer = self._producers[tp]
@@ -133,20 +142,27 @@ class Transactions:
                 if tp not in self._open:
                     await producer.begin_transaction()
                     self._open.add(tp)
-                await producer.send_and_wait(
+                delivery = await producer.send(
                     topic, value, key=key, headers=list(headers), partition=partition
                 )
             except KafkaError as exc:
                 self._failure = self._error(tp, f"publishing to topic {topic!r}", exc)
                 raise self._failure from exc
+            self._sent.setdefault(tp, []).append(delivery)
+            self._published_for[tp] = offset
 
-    async def commit(self, offsets: Mapping[TP, tuple[int, str]], busy: Collection[TP]) -> set[TP]:
-        """Commit each idle partition's transaction with its offset; the ones committed.
+    async def commit(
+        self, offsets: Mapping[TP, tuple[int, str]], in_hand: Mapping[TP, int]
+    ) -> set[TP]:
+        """Commit the partitions' transactions with their offsets; the idle ones committed.
 
-        ``offsets``: the watermark (and offset map) per partition to commit; a
-        partition of ``busy`` has a slice in a handler, so its transaction holds
-        outputs of records its watermark does not cover yet: it waits for the next
-        tick. A partition with outputs and no new offset commits its outputs alone.
+        ``offsets``: the watermark (and offset map) of idle partitions; ``in_hand``:
+        the offset of the record in a handler per busy partition. Every record of a
+        busy partition below that one is finished (ordering ``"partition"``), so its
+        transaction commits with that offset, unless that record has published
+        already (its outputs would commit without it: the next tick tries again). The
+        partitions are chosen and their locks taken before the first await, so no
+        publish slips in between the choice and the commit; a publish waits for it.
 
         :raises BrokerError: a transaction failed (aborted where it still could be).
         """
@@ -155,33 +171,49 @@ class Transactions:
                 if tp in self._open:
                     await self._abort(tp, producer)
             raise self._failure
-        done: set[TP] = set()
-        for tp in sorted((set(offsets) | self._open) - set(busy)):
-            producer = self._producers.get(tp)
-            if producer is None:
-                if tp in offsets:
-                    await self.fence([tp])
-                    producer = self._producers[tp]
-                else:
+        chosen: dict[TP, tuple[int, str] | None] = {}
+        for tp in sorted(set(offsets) | self._open):
+            lock = self._locks.get(tp)
+            if lock is None:
+                continue  # not fenced yet: nothing of it was published
+            if tp in in_hand:
+                if tp not in self._open or self._published_for.get(tp) == in_hand[tp]:
                     continue
-            async with self._locks[tp]:
-                try:
-                    if tp not in self._open:
-                        await producer.begin_transaction()
-                        self._open.add(tp)
-                    if tp in offsets:
-                        offset, metadata = offsets[tp]
-                        await producer.send_offsets_to_transaction(
-                            {TopicPartition(*tp): OffsetAndMetadata(offset, metadata)},
-                            self.group_id,
-                        )
-                    await producer.commit_transaction()
-                    self._open.discard(tp)
-                except KafkaError as exc:
-                    await self._abort(tp, producer)
-                    raise self._error(tp, "committing the transaction", exc) from exc
-            done.add(tp)
-        return done
+                target: tuple[int, str] | None = (in_hand[tp], "")
+            else:
+                target = offsets.get(tp)
+            try:
+                lock.acquire_nowait()
+            except anyio.WouldBlock:
+                continue  # a publish is under way: the next tick
+            chosen[tp] = target
+        try:
+            for tp, target in chosen.items():
+                await self._commit_one(tp, target)
+        finally:
+            for tp in chosen:
+                if tp in self._locks:
+                    self._locks[tp].release()
+        return {tp for tp in chosen if tp not in in_hand}
+
+    async def _commit_one(self, tp: TP, target: tuple[int, str] | None) -> None:
+        producer = self._producers[tp]
+        try:
+            if tp not in self._open:
+                await producer.begin_transaction()
+                self._open.add(tp)
+            for delivery in self._sent.pop(tp, ()):
+                await delivery
+            if target is not None:
+                offset, metadata = target
+                await producer.send_offsets_to_transaction(
+                    {TopicPartition(*tp): OffsetAndMetadata(offset, metadata)}, self.group_id
+                )
+            await producer.commit_transaction()
+            self._open.discard(tp)
+        except KafkaError as exc:
+            await self._abort(tp, producer)
+            raise self._error(tp, "committing the transaction", exc) from exc
 
     async def release(self, tps: Collection[TP]) -> None:
         """Close ``tps``' producers (revoked or lost); an open transaction is aborted.
@@ -204,6 +236,8 @@ class Transactions:
         """Abort ``tp``'s transaction; a fenced producer cannot, and need not (its
         fencer aborted it)."""
         self._open.discard(tp)
+        for delivery in self._sent.pop(tp, ()):
+            delivery.cancel()
         try:
             await producer.abort_transaction()
         except KafkaError as exc:
