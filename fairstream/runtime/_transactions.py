@@ -18,13 +18,16 @@ open transaction. The cost: a producer (one connection's worth of state) per own
 partition.
 
 The barrier (ordering ``"partition"``): a partition's outputs go into its transaction
-while its slice of records is in a handler, and its watermark moves only when the
-slice ends; so a transaction is committed only for partitions with no slice in hand
-(:meth:`Transactions.commit`'s ``busy``), with exactly the offsets finished so far. A
-partition busy at every tick waits for a tick where it is not (a slice is at most
-``partition_quota`` records). Key and unordered lanes finish records out of order;
-their barrier (hold the tick until no record of the partition is in a handler) is
-planned and refused at build time for now.
+while its records are in a handler, and its watermark moves only when a slice of
+records ends. A tick commits an idle partition with its watermark, and a busy one up
+to its record in hand (every record before it is finished), unless that record has
+published already: its outputs would commit without its offset, so it waits for the
+next tick (a handler that publishes and then awaits a long time delays its
+partition's commits by that long). Partitions are chosen and their locks taken
+before the first await, so a publish cannot slip between the choice and the commit;
+it waits for the commit instead. Key and unordered lanes finish records out of
+order; their barrier (per partition, the lowest offset in a handler, and no record
+of it above that offset having published) is planned and refused at build time.
 
 A failed commit aborts the transaction and stops the app with a ``BrokerError``:
 the outputs are gone with the offsets, and the next owner (or the restarted app)

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -32,6 +31,7 @@ pytestmark = pytest.mark.broker
 PARTITIONS, RECORDS = 4, 5_000
 """At 5 ms a record and one record in hand per partition a run takes about 6 s, so
 the kills at a quarter and at half of the records land mid-stream."""
+IDS = [f"id-{n}".encode() for n in range(RECORDS)]
 
 
 def _spawn(env: dict[str, str], name: str, log: Path) -> subprocess.Popen[bytes]:
@@ -98,9 +98,26 @@ async def _read_committed(bootstrap: str, topic: str) -> list[bytes]:
         await consumer.stop()
 
 
-@pytest.fixture
-def workdir(tmp_path: Path) -> Iterator[Path]:
-    yield tmp_path
+async def _inputs(bootstrap: str) -> tuple[dict[str, str], _Group]:
+    """RECORDS inputs on a new topic; the app's environment and its group's reader."""
+    source, sink = await _topics(bootstrap)
+    await produce(bootstrap, source, ((n % PARTITIONS, value) for n, value in enumerate(IDS)))
+    group_id = f"eos-{uuid.uuid4().hex[:8]}"
+    env = {
+        "FAIRSTREAM_BOOTSTRAP": bootstrap,
+        "EOS_GROUP_ID": group_id,
+        "EOS_INPUT": source,
+        "EOS_OUTPUT": sink,
+        "EOS_DELAY": "0.005",
+    }
+    return env, _Group(bootstrap, group_id, source)
+
+
+async def _assert_one_output_each(bootstrap: str, sink: str, log: str = "") -> None:
+    outputs = Counter(await _read_committed(bootstrap, sink))
+    assert set(outputs) == set(IDS), log[-2000:]
+    duplicated = {value: n for value, n in outputs.items() if n > 1}
+    assert not duplicated, f"{len(duplicated)} inputs with more than one output"
 
 
 async def _topics(bootstrap: str) -> tuple[str, str]:
@@ -111,38 +128,24 @@ async def _topics(bootstrap: str) -> tuple[str, str]:
     return source, sink
 
 
-async def test_sigkill_twice_every_input_has_one_output(own_noida: Broker, workdir: Path) -> None:
+async def test_sigkill_twice_every_input_has_one_output(own_noida: Broker, tmp_path: Path) -> None:
     bootstrap = own_noida.bootstrap
-    source, sink = await _topics(bootstrap)
-    ids = [f"id-{n}".encode() for n in range(RECORDS)]
-    await produce(bootstrap, source, ((n % PARTITIONS, value) for n, value in enumerate(ids)))
-    group_id = f"eos-{uuid.uuid4().hex[:8]}"
-    env = {
-        "FAIRSTREAM_BOOTSTRAP": bootstrap,
-        "EOS_GROUP_ID": group_id,
-        "EOS_INPUT": source,
-        "EOS_OUTPUT": sink,
-        "EOS_DELAY": "0.005",
-    }
-    group = _Group(bootstrap, group_id, source)
+    env, group = await _inputs(bootstrap)
     await group.start()
     try:
         for kill_at in (RECORDS // 4, RECORDS // 2):
-            app = _spawn(env, "eos-0", workdir / "app.log")
+            app = _spawn(env, "eos-0", tmp_path / "app.log")
             at_kill = await group.wait_committed(kill_at)
             await stop_sink(app, signal.SIGKILL, 10)
             assert at_kill < RECORDS, "the kill came after the last record"
-        app = _spawn(env, "eos-0", workdir / "app.log")
+        app = _spawn(env, "eos-0", tmp_path / "app.log")
         await group.wait_committed(RECORDS)
         assert await stop_sink(app, signal.SIGTERM, 30) == 0
         assert await group.committed() == RECORDS  # the group ends at the log end
     finally:
         await group.aclose()
-    outputs = Counter(await _read_committed(bootstrap, sink))
-    log = (workdir / "app.log").read_text(errors="replace")
-    assert set(outputs) == set(ids), log[-2000:]
-    duplicated = {value: n for value, n in outputs.items() if n > 1}
-    assert not duplicated, f"{len(duplicated)} inputs with more than one output"
+    log = (tmp_path / "app.log").read_text(errors="replace")
+    await _assert_one_output_each(bootstrap, env["EOS_OUTPUT"], log)
 
 
 async def test_aborted_transaction_is_never_read(noida: Broker) -> None:
@@ -180,30 +183,19 @@ async def _remove_member(bootstrap: str, group_id: str, instance_id: str) -> Non
         await consumer.stop()
 
 
-async def test_zombie_member_is_fenced(own_noida: Broker, workdir: Path) -> None:
+async def test_zombie_member_is_fenced(own_noida: Broker, tmp_path: Path) -> None:
     """(c) a member frozen with SIGSTOP until its partitions move, then woken: the
     new owner's InitProducerId fenced its transactions, so none of its outputs is
     read twice."""
     bootstrap = own_noida.bootstrap
-    source, sink = await _topics(bootstrap)
-    ids = [f"id-{n}".encode() for n in range(RECORDS)]
-    await produce(bootstrap, source, ((n % PARTITIONS, value) for n, value in enumerate(ids)))
-    group_id = f"eos-{uuid.uuid4().hex[:8]}"
-    env = {
-        "FAIRSTREAM_BOOTSTRAP": bootstrap,
-        "EOS_GROUP_ID": group_id,
-        "EOS_INPUT": source,
-        "EOS_OUTPUT": sink,
-        "EOS_DELAY": "0.005",
-    }
-    group = _Group(bootstrap, group_id, source)
+    env, group = await _inputs(bootstrap)
     await group.start()
-    zombie = _spawn(env, "eos-a", workdir / "a.log")
-    other = _spawn(env, "eos-b", workdir / "b.log")
+    zombie = _spawn(env, "eos-a", tmp_path / "a.log")
+    other = _spawn(env, "eos-b", tmp_path / "b.log")
     try:
         await group.wait_committed(RECORDS // 5)
         zombie.send_signal(signal.SIGSTOP)
-        await _remove_member(bootstrap, group_id, "eos-a")
+        await _remove_member(bootstrap, env["EOS_GROUP_ID"], "eos-a")
         await group.wait_committed(RECORDS)  # eos-b took the zombie's partitions over
         zombie.send_signal(signal.SIGCONT)
         with anyio.move_on_after(20):  # fenced, it stops by itself; else it is stopped
@@ -216,7 +208,4 @@ async def test_zombie_member_is_fenced(own_noida: Broker, workdir: Path) -> None
                 process.kill()
                 process.wait(10)
         await group.aclose()
-    outputs = Counter(await _read_committed(bootstrap, sink))
-    assert set(outputs) == set(ids)
-    duplicated = {value: n for value, n in outputs.items() if n > 1}
-    assert not duplicated, f"{len(duplicated)} inputs with more than one output"
+    await _assert_one_output_each(bootstrap, env["EOS_OUTPUT"])
