@@ -137,6 +137,28 @@ async def test_key_ordered_keeps_each_customer_in_order(noida: Broker, group_id:
 
 
 @pytest.mark.broker
+async def test_exactly_once_publishes_each_enriched_order_once(
+    noida: Broker, group_id: str
+) -> None:
+    run = uuid.uuid4().hex[:10]
+    orders, enriched = f"orders-{run}", f"orders-enriched-{run}"
+    await create_topic(noida.bootstrap, orders, 4)
+    await create_topic(noida.bootstrap, enriched, 4)
+    await produce(
+        noida.bootstrap,
+        orders,
+        [(n % 4, b'{"n": %d, "total": %d0}' % (n, n)) for n in range(1, 21)],
+    )
+    env = _env(FAIRSTREAM_BOOTSTRAP=noida.bootstrap, FAIRSTREAM_GROUP_ID=group_id)
+    topics = {"ORDERS_TOPIC": orders, "ENRICHED_TOPIC": enriched}
+    async with _fairstream_run("exactly_once:app", env=env | topics):
+        with anyio.fail_after(60):
+            out = await read_all(noida.bootstrap, enriched, 4, 20)
+    values = sorted((json.loads(r.value) for r in out), key=lambda v: v["n"])  # type: ignore[attr-defined]
+    assert [(v["n"], v["vip"]) for v in values] == [(n, n * 10 > 100) for n in range(1, 21)]
+
+
+@pytest.mark.broker
 async def test_pydantic_model_validates_and_dead_letters_what_does_not_fit(
     noida: Broker, group_id: str
 ) -> None:
