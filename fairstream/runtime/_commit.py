@@ -133,7 +133,7 @@ class Committer:
         assert self._transactions is not None
         offsets = {tp: (offset, to_commit(metadata)) for tp, (offset, metadata) in pending.items()}
         with anyio.fail_after(self._timeout):
-            done = await self._transactions.commit(offsets, self._busy())
+            done = await self._transactions.commit(offsets, self._busy(), self._offsets.next_commit)
         committed = {tp: pending[tp] for tp in done if tp in pending}
         if committed:
             self._stats.commits += 1

@@ -94,6 +94,10 @@ class Transactions:
         returns once its record is queued, since nobody can read it before the commit."""
         self._failure: BrokerError | None = None
         self._published_for: dict[TP, int] = {}
+        self._unfinished: set[TP] = set()
+        """Partitions whose transaction held outputs of a record that never finished (a
+        handler cancelled by a revoke or a stop): aborted, and never committed again
+        by this member; their next owner handles the records again."""
         """Per partition, the offset of the input whose output went in last."""
         """A publish that failed (a fenced producer, say): its transaction cannot
         commit, and the handler saw it as its own error; the next commit stops the
@@ -155,7 +159,10 @@ class Transactions:
             self._published_for[tp] = offset
 
     async def commit(
-        self, offsets: Mapping[TP, tuple[int, str]], in_hand: Mapping[TP, int]
+        self,
+        offsets: Mapping[TP, tuple[int, str]],
+        in_hand: Mapping[TP, int],
+        watermark: Callable[[TP], int | None],
     ) -> set[TP]:
         """Commit the partitions' transactions with their offsets; the idle ones committed.
 
@@ -166,6 +173,8 @@ class Transactions:
         already (its outputs would commit without it: the next tick tries again). The
         partitions are chosen and their locks taken before the first await, so no
         publish slips in between the choice and the commit; a publish waits for it.
+        An idle partition whose last output came from a record at or above its
+        ``watermark`` (its handler was cancelled) is aborted instead (``_unfinished``).
 
         :raises BrokerError: a transaction failed (aborted where it still could be).
         """
@@ -179,12 +188,17 @@ class Transactions:
             lock = self._locks.get(tp)
             if lock is None:
                 continue  # not fenced yet: nothing of it was published
+            published = self._published_for.get(tp, -1)
+            if tp in self._unfinished:
+                continue
             if tp in in_hand:
-                if tp not in self._open or self._published_for.get(tp) == in_hand[tp]:
+                if tp not in self._open or published == in_hand[tp]:
                     continue
                 target: tuple[int, str] | None = (in_hand[tp], "")
             else:
                 target = offsets.get(tp)
+                if tp in self._open and published >= (watermark(tp) or 0):
+                    self._unfinished.add(tp)
             try:
                 lock.acquire_nowait()
             except anyio.WouldBlock:
@@ -197,10 +211,21 @@ class Transactions:
             for tp in chosen:
                 if tp in self._locks:
                     self._locks[tp].release()
-        return {tp for tp in chosen if tp not in in_hand}
+        return {tp for tp in chosen if tp not in in_hand and tp not in self._unfinished}
 
     async def _commit_one(self, tp: TP, target: tuple[int, str] | None) -> None:
         producer = self._producers[tp]
+        if tp in self._unfinished:
+            log.warning(
+                "transaction_aborted",
+                topic=tp[0],
+                partition=tp[1],
+                offset=self._published_for.get(tp),
+                reason="a handler was cancelled after it published; the partition's "
+                "records since its last commit are handled again by its next owner",
+            )
+            await self._abort(tp, producer)
+            return
         try:
             if tp not in self._open:
                 await producer.begin_transaction()
@@ -227,6 +252,7 @@ class Transactions:
         for tp in sorted(set(tps) & self._producers.keys()):
             producer = self._producers.pop(tp)
             self._locks.pop(tp)
+            self._unfinished.discard(tp)
             if tp in self._open:
                 self._open.discard(tp)
                 await self._abort(tp, producer)

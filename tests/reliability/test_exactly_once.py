@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from fairstream.runtime._static_leave import _StaticLeave
 from tests.conftest import Broker
-from tests.kafka_helpers import create_topic, produce
+from tests.kafka_helpers import input_output_topics, produce, read_committed
 from tests.reliability.scenarios import REPO, stop_sink
 
 pytestmark = pytest.mark.broker
@@ -75,32 +75,9 @@ class _Group:
         await self._consumer.stop()
 
 
-async def _read_committed(bootstrap: str, topic: str) -> list[bytes]:
-    """Every value of ``topic`` a ``read_committed`` reader sees, up to the stable end."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        auto_offset_reset="earliest",
-        isolation_level="read_committed",
-        request_timeout_ms=10_000,
-    )
-    await consumer.start()
-    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-    try:
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)  # the last stable offsets under read_committed
-        values: list[bytes] = []
-        with anyio.fail_after(30):
-            while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
-                batches = await consumer.getmany(timeout_ms=200)
-                values += [r.value for records in batches.values() for r in records if r.value]
-        return values
-    finally:
-        await consumer.stop()
-
-
 async def _inputs(bootstrap: str) -> tuple[dict[str, str], _Group]:
     """RECORDS inputs on a new topic; the app's environment and its group's reader."""
-    source, sink = await _topics(bootstrap)
+    source, sink = await input_output_topics(bootstrap, "eos", PARTITIONS)
     await produce(bootstrap, source, ((n % PARTITIONS, value) for n, value in enumerate(IDS)))
     group_id = f"eos-{uuid.uuid4().hex[:8]}"
     env = {
@@ -114,18 +91,10 @@ async def _inputs(bootstrap: str) -> tuple[dict[str, str], _Group]:
 
 
 async def _assert_one_output_each(bootstrap: str, sink: str, log: str = "") -> None:
-    outputs = Counter(await _read_committed(bootstrap, sink))
+    outputs = Counter(await read_committed(bootstrap, sink, PARTITIONS))
     assert set(outputs) == set(IDS), log[-2000:]
     duplicated = {value: n for value, n in outputs.items() if n > 1}
     assert not duplicated, f"{len(duplicated)} inputs with more than one output"
-
-
-async def _topics(bootstrap: str) -> tuple[str, str]:
-    run = uuid.uuid4().hex[:8]
-    source, sink = f"eos-in-{run}", f"eos-out-{run}"
-    await create_topic(bootstrap, source, PARTITIONS)
-    await create_topic(bootstrap, sink, PARTITIONS)
-    return source, sink
 
 
 async def test_sigkill_twice_every_input_has_one_output(own_noida: Broker, tmp_path: Path) -> None:
@@ -151,7 +120,7 @@ async def test_sigkill_twice_every_input_has_one_output(own_noida: Broker, tmp_p
 async def test_aborted_transaction_is_never_read(noida: Broker) -> None:
     """(d) a transaction aborted after its sends: a read_committed reader skips it."""
     bootstrap = noida.bootstrap
-    _, sink = await _topics(bootstrap)
+    _, sink = await input_output_topics(bootstrap, "eos", PARTITIONS)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"t-{sink}")
     await producer.start()
     try:
@@ -164,7 +133,7 @@ async def test_aborted_transaction_is_never_read(noida: Broker) -> None:
         await producer.commit_transaction()
     finally:
         await producer.stop()
-    assert await _read_committed(bootstrap, sink) == [b"kept"]
+    assert await read_committed(bootstrap, sink, PARTITIONS) == [b"kept"]
 
 
 async def _remove_member(bootstrap: str, group_id: str, instance_id: str) -> None:
