@@ -1,10 +1,16 @@
-"""What ``processing="exactly_once"`` refuses, before anything connects (issue 41)."""
+"""What ``processing="exactly_once"`` refuses, before anything connects, and a broker
+without transactions (issue 41)."""
 
 from __future__ import annotations
 
+import uuid
+
+import anyio
 import pytest
 
-from fairstream import App, ConfigError, Record, SchedulerConfig
+from fairstream import App, BrokerError, ConfigError, Record, SchedulerConfig
+from tests.conftest import Broker
+from tests.kafka_helpers import create_topic
 
 
 def _app(**settings: object) -> App:
@@ -54,3 +60,19 @@ async def test_key_ordering_and_batch_handlers_are_refused_before_connecting() -
     with pytest.raises(ConfigError, match="batch handlers"):
         async with batched:
             pass
+
+
+@pytest.mark.broker
+async def test_a_broker_without_transactions_stops_the_app_with_one_line(
+    tansu: Broker, group_id: str
+) -> None:
+    topic = f"eos-tansu-{uuid.uuid4().hex[:8]}"
+    await create_topic(tansu.bootstrap, topic, 1)
+    app = App(group_id=group_id, bootstrap=tansu.bootstrap, processing="exactly_once")
+
+    @app.subscriber(topic)
+    async def handle(record: Record[bytes]) -> None: ...
+
+    with pytest.raises(BrokerError, match="does the broker support transactions"):
+        with anyio.fail_after(60):
+            await app.run()
