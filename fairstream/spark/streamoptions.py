@@ -233,7 +233,9 @@ def read_settings(given: Mapping[str, str]) -> ReadSettings:
     """
     bootstrap = given.get("kafka.bootstrap.servers")
     if not bootstrap:
-        raise ConfigError("kafka.bootstrap.servers", None, "no brokers given", "e.g. 'host:9092'")
+        raise ConfigError(
+            "kafka.bootstrap.servers", None, "no brokers given", "e.g. 'host:9092'"
+        )
     return ReadSettings(
         bootstrap=bootstrap,
         stall_timeout=positive_number(given, "stall_timeout", 30.0),
