@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 
+import anyio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -85,3 +87,35 @@ async def read_all(bootstrap: str, topic: str, partitions: int, expected: int) -
     finally:
         await consumer.stop()
     return out
+
+
+async def input_output_topics(bootstrap: str, prefix: str, partitions: int) -> tuple[str, str]:
+    """A new input topic and output topic of ``partitions`` each, for a transform."""
+    run = uuid.uuid4().hex[:8]
+    source, sink = f"{prefix}-in-{run}", f"{prefix}-out-{run}"
+    await create_topic(bootstrap, source, partitions)
+    await create_topic(bootstrap, sink, partitions)
+    return source, sink
+
+
+async def read_committed(bootstrap: str, topic: str, partitions: int) -> list[bytes | None]:
+    """Every value of ``topic`` a ``read_committed`` reader sees, up to its stable end."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        request_timeout_ms=10_000,
+    )
+    await consumer.start()
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    try:
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)  # the last stable offsets
+        values: list[bytes | None] = []
+        with anyio.fail_after(30):
+            while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+                batches = await consumer.getmany(timeout_ms=200)
+                values += [r.value for records in batches.values() for r in records]
+        return values
+    finally:
+        await consumer.stop()

@@ -32,6 +32,12 @@ from fairstream.runtime._assignor_checks import (
 )
 from fairstream.runtime._clients import aiokafka_clients
 from fairstream.runtime._engine import Ack, Engine
+from fairstream.runtime._exactly_once import (
+    EXACTLY_ONCE_COMMIT_INTERVAL,
+    Processing,
+    check_processing,
+    check_subscribers,
+)
 from fairstream.runtime._hooks import HookRegistry, Hooks
 from fairstream.runtime._middleware import Middleware, bind_app, check_middlewares, publish_hooks
 from fairstream.runtime._ports import KafkaClients
@@ -104,6 +110,10 @@ class App(HandlerRegistry, HookRegistry):
     every way of running it (README, "Publishers, lifecycle hooks and rebalance
     listeners").
 
+    ``processing="exactly_once"`` commits what a handler publishes, its dead letters
+    and the group's offsets in one Kafka transaction per input partition (README,
+    "Exactly-once").
+
     :raises ConfigError: for an unknown, repeated or missing assignor, a bad threshold,
         a ``replan_interval`` without ``lag`` or not above 0, a missing bootstrap,
         ``cooperative`` with another strategy than ``sticky`` or ``lag``.
@@ -128,6 +138,7 @@ class App(HandlerRegistry, HookRegistry):
         middlewares: Sequence[Middleware] = (),
         replan_interval: float | None = None,
         cooperative: Cooperative = False,
+        processing: Processing = "at_least_once",
     ) -> None:
         env = from_env()
         self.bootstrap = bootstrap or env.get("bootstrap", "")
@@ -143,7 +154,12 @@ class App(HandlerRegistry, HookRegistry):
         self.cooperative = check_cooperative(assignor, cooperative)
         self.consumer_config = consumer or ConsumerConfig()
         self.producer_config = producer or ProducerConfig()
-        self.scheduler_config = scheduler or SchedulerConfig()
+        self.processing: Processing = check_processing(processing, ack, parallel_rebalance)
+        self.scheduler_config = scheduler or (
+            SchedulerConfig(commit_interval=EXACTLY_ONCE_COMMIT_INTERVAL)
+            if processing == "exactly_once"
+            else SchedulerConfig()
+        )
         self.retry = retry or RetryPolicy()
         self.dead_letter = dead_letter or DeadLetterPolicy()
         self.security = security or SecurityConfig()
@@ -176,6 +192,8 @@ class App(HandlerRegistry, HookRegistry):
             raise ConfigError(
                 "subscribers", [], "the app has no handler", "decorate one with @app.subscriber"
             )
+        if self.processing == "exactly_once":
+            check_subscribers(self._subscribers)
         self._clients = self._clients_factory(self, self._subscribers)
         self._engine = Engine(
             group_id=self.group_id,

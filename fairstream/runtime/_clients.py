@@ -36,6 +36,7 @@ from fairstream.runtime._shadow_reader import AIOKafkaShadowReader, shadow_read_
 from fairstream.runtime._static_leave import leave_when_stopped
 from fairstream.runtime._subscriber import Subscriber
 from fairstream.runtime._tls import tls_problem
+from fairstream.runtime._transactions import Transactions, handled_partition
 
 __all__ = ["AIOKafkaClients", "aiokafka_clients"]
 
@@ -57,6 +58,7 @@ class AIOKafkaClients:
         instance_id: str | None,
         dead_letter_topics: Mapping[str, str],
         admin: BrokerAdmin,
+        exactly_once: bool = False,
     ) -> None:
         self.bootstrap = bootstrap
         self.group_id = group_id
@@ -66,12 +68,20 @@ class AIOKafkaClients:
         self._assignor = assignor
         self._config = consumer_config
         self._instance_id = instance_id
+        self._isolation = "read_committed" if exactly_once else "read_uncommitted"
         self._consumer = self._group_consumer()
         self._producer_config = producer_config
         self._producer = self._new_producer(idempotent=True)
         self._admin = admin
         self._subscription: tuple[list[str], ConsumerRebalanceListener] | None = None
         self._rejoin_after_s = consumer_config.heartbeat_interval_ms / 1000
+        self.transactions = (
+            Transactions(
+                group_id=group_id, bootstrap=bootstrap, new_producer=self._transactional_producer
+            )
+            if exactly_once
+            else None
+        )
 
     def _group_consumer(self) -> AIOKafkaConsumer:
         config = self._config
@@ -89,6 +99,7 @@ class AIOKafkaClients:
             max_partition_fetch_bytes=config.max_partition_fetch_bytes,
             metadata_max_age_ms=config.metadata_max_age_ms,
             partition_assignment_strategy=self._assignor.protocols,
+            isolation_level=self._isolation,
         )
 
     def _new_producer(self, *, idempotent: bool) -> AIOKafkaProducer:
@@ -96,6 +107,14 @@ class AIOKafkaClients:
             **self._common,
             client_id=f"{self._config.client_id}-producer",
             **self._producer_config.aiokafka_kwargs(idempotent=idempotent),
+        )
+
+    def _transactional_producer(self, transactional_id: str) -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            **self._common,
+            client_id=f"{self._config.client_id}-producer",
+            **self._producer_config.aiokafka_kwargs(idempotent=True),
+            transactional_id=transactional_id,
         )
 
     async def _start_producer(self) -> None:
@@ -253,6 +272,11 @@ class AIOKafkaClients:
         headers: Headers = (),
         partition: int | None = None,
     ) -> None:
+        if self.transactions is not None and (handled := handled_partition()) is not None:
+            await self.transactions.publish(
+                *handled, topic, value, key=key, headers=headers, partition=partition
+            )
+            return
         try:
             await self._producer.send_and_wait(
                 topic, value, key=key, headers=list(headers), partition=partition
@@ -274,9 +298,20 @@ class AIOKafkaClients:
             # does not: such a record is dead-lettered with an empty key instead.
             key = b"" if copy.key is None and copy.value is None else copy.key
             try:
-                await self._producer.send_and_wait(
-                    topic, copy.value, key=key, headers=list(copy.headers)
-                )
+                if self.transactions is not None:
+                    await self.transactions.publish(
+                        (raw.topic, raw.partition),
+                        raw.offset,
+                        topic,
+                        copy.value,
+                        key=key,
+                        headers=copy.headers,
+                        partition=None,
+                    )
+                else:
+                    await self._producer.send_and_wait(
+                        topic, copy.value, key=key, headers=list(copy.headers)
+                    )
             except KafkaError as exc:
                 if isinstance(exc, MessageSizeTooLargeError) and copy is not copies[-1]:
                     continue  # the next copy drops the largest part left
@@ -372,6 +407,8 @@ class AIOKafkaClients:
             leave_when_stopped(self._consumer, self._instance_id)
         for close in (self._consumer.stop, self._admin.aclose, self._producer.stop):
             await stop_quietly(close)
+        if self.transactions is not None:
+            await stop_quietly(self.transactions.aclose)
         await self._assignor.aclose()
 
 
@@ -423,4 +460,5 @@ def aiokafka_clients(app: AppSettings, subscribers: Sequence[Subscriber]) -> AIO
         instance_id=app.instance_id,
         dead_letter_topics=dead_letter_topics,
         admin=BrokerAdmin(app.bootstrap, security=app.security),
+        exactly_once=app.processing == "exactly_once",
     )

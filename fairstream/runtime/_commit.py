@@ -4,9 +4,14 @@ A commit that times out because the topic was deleted (or shrank) would be retri
 by aiokafka forever, so those partitions are forgotten; a broker that drops commit
 metadata (tansu) turns the offset maps off after the first read-back, so a restart
 repeats records rather than trusting a map that was never stored.
+
+Under exactly-once the offsets go into each partition's transaction instead
+(``_transactions``), committed only for partitions with no record in a handler.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import anyio
 import structlog
@@ -20,6 +25,7 @@ from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._ports import KafkaClients, ShadowClients
 from fairstream.runtime._record import TP
 from fairstream.runtime._stats import StatsRecorder
+from fairstream.runtime._transactions import Transactions
 
 __all__ = ["Committer"]
 
@@ -37,6 +43,8 @@ class Committer:
         offsets: OffsetTracker,
         stats: StatsRecorder,
         timeout: float,
+        transactions: Transactions | None = None,
+        busy: Callable[[], dict[TP, int]] = dict,
     ) -> None:
         self.group_id = group_id
         self._clients = clients
@@ -44,6 +52,8 @@ class Committer:
         self._stats = stats
         self._timeout = timeout
         self._map_checked = False
+        self._transactions = transactions
+        self._busy = busy
 
     async def acknowledge(self, tp: TP, next_offset: int) -> bool:
         """``ack='manual'``: every record of ``tp`` below ``next_offset`` is done; commit.
@@ -81,6 +91,8 @@ class Committer:
                 "the plain watermark, so a restart repeats more records",
             )
         self._offsets.overflowed.clear()
+        if self._transactions is not None:
+            return await self._commit_transactions(pending)
         if not pending:
             return True
         request = {
@@ -111,6 +123,23 @@ class Committer:
         if not self._map_checked:
             await self._check_map_kept(pending)
         return True
+
+    async def _commit_transactions(self, pending: dict[TP, tuple[int, str]]) -> bool:
+        """Exactly-once: each partition's outputs and offset in one transaction.
+
+        A busy partition (a record in a handler) commits up to that record; a failed
+        transaction raises ``BrokerError`` and the app stops (``_transactions``).
+        """
+        assert self._transactions is not None
+        offsets = {tp: (offset, to_commit(metadata)) for tp, (offset, metadata) in pending.items()}
+        with anyio.fail_after(self._timeout):
+            done = await self._transactions.commit(offsets, self._busy(), self._offsets.next_commit)
+        committed = {tp: pending[tp] for tp in done if tp in pending}
+        if committed:
+            self._stats.commits += 1
+            self._offsets.committed(committed)
+            log.debug("transactions_committed", partitions=len(done))
+        return done >= set(pending)
 
     async def _deleted(self, tps: set[TP]) -> set[TP]:
         """The partitions of ``tps`` whose topic is gone (or shrank), now forgotten.

@@ -30,7 +30,12 @@ from fairstream.runtime._fetch import Fetcher
 from fairstream.runtime._handling import DispatchRunner
 from fairstream.runtime._hooks import Hooks
 from fairstream.runtime._offsets import OffsetTracker
-from fairstream.runtime._ports import DriftWatcher, KafkaClients, ShadowClients
+from fairstream.runtime._ports import (
+    DriftWatcher,
+    KafkaClients,
+    ShadowClients,
+    TransactionalClients,
+)
 from fairstream.runtime._reachability import BrokerWatch
 from fairstream.runtime._rebalance import Ack, Rebalancer
 from fairstream.runtime._record import TP, Record
@@ -76,13 +81,6 @@ class Engine:
         self._offsets = OffsetTracker()
         self._offsets.maps = scheduler.offset_map
         self.stats_recorder = StatsRecorder()
-        self._committer = Committer(
-            group_id=group_id,
-            clients=clients,
-            offsets=self._offsets,
-            stats=self.stats_recorder,
-            timeout=scheduler.commit_timeout,
-        )
         self._shadows: ShadowTasks | None = None
         if isinstance(clients, ShadowClients):
             self._shadows = ShadowTasks(
@@ -111,6 +109,16 @@ class Engine:
         runner = DispatchRunner(
             self._offsets, clients.dead_letter, self.stats_recorder, manual_ack=ack == "manual"
         )
+        transactions = clients.transactions if isinstance(clients, TransactionalClients) else None
+        self._committer = Committer(
+            group_id=group_id,
+            clients=clients,
+            offsets=self._offsets,
+            stats=self.stats_recorder,
+            timeout=scheduler.commit_timeout,
+            transactions=transactions,
+            busy=runner.busy,
+        )
         self._stuck = StuckWatch(runner.in_hand, warn_after=scheduler.stuck_handler_warning)
         self._workers = Workers(
             scheduler=self._scheduler,
@@ -137,6 +145,7 @@ class Engine:
             assigned=self._fetcher.assigned,
             fail=self._fail,
             listeners=self._listeners,
+            transactions=transactions,
         )
         self._topics = sorted({topic for sub in subscribers for topic in sub.topics})
         self._watch = BrokerWatch(lambda: clients.partition_counts(self._topics))

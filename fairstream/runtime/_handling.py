@@ -136,6 +136,11 @@ class DispatchRunner:
         them until they finish (``False``: ``tp`` is not owned)."""
         return self._offsets.admit_all(tp, records)
 
+    def busy(self) -> dict[TP, int]:
+        """Partition -> offset of its record in a handler (exactly-once's commit barrier)."""
+        in_hand = (slot.record for slot in self.in_hand)
+        return {(record.topic, record.partition): record.offset for record in in_hand if record}
+
     def skip(self, tp: TP) -> tuple[OffsetRange, ...]:
         """Offsets of ``tp`` a previous owner finished: not to be run again."""
         return self._offsets.skip(tp)

@@ -22,6 +22,7 @@ from fairstream.config import ConsumerConfig, ProducerConfig, SecurityConfig
 from fairstream.runtime._member_data import Handover
 from fairstream.runtime._record import TP, Headers, Record
 from fairstream.runtime._subscriber import Subscriber
+from fairstream.runtime._transactions import Transactions
 
 __all__ = [
     "AppSettings",
@@ -30,6 +31,7 @@ __all__ = [
     "KafkaClients",
     "ShadowClients",
     "ShadowReader",
+    "TransactionalClients",
     "consumer_broken",
 ]
 
@@ -46,6 +48,7 @@ class AppSettings(Protocol):
     instance_id: str | None
     replan_interval: float | None
     cooperative: bool | Literal["upgrade"]
+    processing: Literal["at_least_once", "exactly_once"]
 
 
 class ConsumerPort(Protocol):
@@ -169,6 +172,14 @@ class ShadowClients(Protocol):
         ...
 
     def shadow_reader(self, tp: TP) -> AbstractAsyncContextManager[ShadowReader]: ...
+
+
+@runtime_checkable
+class TransactionalClients(Protocol):
+    """Clients that run ``processing="exactly_once"``; ``transactions`` is ``None``
+    under at-least-once."""
+
+    transactions: Transactions | None
 
 
 def consumer_broken(exc: KafkaError) -> bool:

@@ -31,6 +31,7 @@ from fairstream.runtime._scheduler import FairScheduler
 from fairstream.runtime._shadow import CatchUp, ShadowTasks
 from fairstream.runtime._stats import StatsRecorder
 from fairstream.runtime._subscriber import Subscriber
+from fairstream.runtime._transactions import Transactions
 from fairstream.runtime._workers import InFlight
 
 __all__ = ["Ack", "Rebalancer"]
@@ -67,6 +68,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         assigned: Callable[[], None],
         fail: Callable[[FairstreamError], None],
         listeners: Hooks,
+        transactions: Transactions | None = None,
     ) -> None:
         self.group_id = group_id
         self._clients = clients
@@ -85,6 +87,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         self._assigned = assigned
         self._fail = fail
         self._listeners = listeners
+        self._transactions = transactions
         self._jumps = Jumps(
             clients=clients,
             subscribers=subscribers,
@@ -139,6 +142,10 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         if clients is not None and tps:
             self._clients.consumer.pause(*partitions)
             try:
+                if self._transactions is not None:
+                    # Fence the partitions' previous owners before reading their
+                    # commits: a zombie's transaction cannot land after the read.
+                    await self._transactions.fence(tps)
                 plans, starts = await retry_broker(
                     lambda: self._read_offsets(clients, tps, unsaved),
                     event="assignment_read_retry",
@@ -258,6 +265,8 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
                 )
         self._offsets.forget(tps)
         self._stats.forget(tps)
+        if self._transactions is not None:
+            await self._transactions.release(tps)
         log.info("partitions_revoked", group_id=self.group_id, partitions=sorted(tps))
         await self._listeners.partitions_revoked(tps)
 
@@ -278,11 +287,19 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         self._keep_unsaved(tps)
         self._offsets.forget(tps)
         self._stats.forget(tps)
+        if self._transactions is not None:
+            await self._transactions.release(tps)
         log.warning("partitions_lost", group_id=self.group_id, partitions=sorted(tps))
         await self._listeners.partitions_revoked(tps)
 
     def _keep_unsaved(self, tps: set[TP]) -> None:
-        """Keep what was handled of ``tps`` past the broker's commit, and report it."""
+        """Keep what was handled of ``tps`` past the broker's commit, and report it.
+
+        Not under exactly-once: the outputs of that progress were aborted with its
+        transaction, so its records must be handled again.
+        """
+        if self._transactions is not None:
+            return
         self._unsaved.update(self._offsets.unsaved(tps))
         if self._shadow_clients is not None:
             self._shadow_clients.handover.outgoing = dict(self._unsaved)

@@ -18,7 +18,7 @@ import anyio.abc
 import pytest
 
 from tests.conftest import Broker
-from tests.kafka_helpers import create_topic, produce, read_all
+from tests.kafka_helpers import create_topic, input_output_topics, produce, read_all, read_committed
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -134,6 +134,26 @@ async def test_key_ordered_keeps_each_customer_in_order(noida: Broker, group_id:
     synced = _named(events, "order_synced")
     for c in range(10):
         assert [e["n"] for e in synced if e["customer"] == f"c{c}"] == list(range(1, 11))
+
+
+@pytest.mark.broker
+async def test_exactly_once_publishes_each_enriched_order_once(
+    noida: Broker, group_id: str
+) -> None:
+    orders, enriched = await input_output_topics(noida.bootstrap, "orders", 4)
+    await produce(
+        noida.bootstrap,
+        orders,
+        [(n % 4, b'{"n": %d, "total": %d0}' % (n, n)) for n in range(1, 21)],
+    )
+    env = _env(FAIRSTREAM_BOOTSTRAP=noida.bootstrap, FAIRSTREAM_GROUP_ID=group_id)
+    topics = {"ORDERS_TOPIC": orders, "ENRICHED_TOPIC": enriched}
+    async with _fairstream_run("exactly_once:app", env=env | topics):
+        with anyio.fail_after(60):
+            while len(out := await read_committed(noida.bootstrap, enriched, 4)) < 20:  # noqa: ASYNC110 - outputs commit every 100 ms: no event
+                await anyio.sleep(0.1)
+    values = sorted((json.loads(v or b"") for v in out), key=lambda v: v["n"])
+    assert [(v["n"], v["vip"]) for v in values] == [(n, n * 10 > 100) for n in range(1, 21)]
 
 
 @pytest.mark.broker

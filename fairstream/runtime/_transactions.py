@@ -1,0 +1,288 @@
+"""Exactly-once: one Kafka transaction per input partition for outputs and offsets.
+
+Under ``App(processing="exactly_once")`` a record's outputs (``app.publish`` from its
+handler, its dead letters) and the group's offset for it commit together or not at
+all, and the consumer reads ``read_committed``: a reader with ``read_committed`` sees
+each input's outputs exactly once.
+
+Why one transactional producer per *input partition*, with the stable transactional
+id ``f"{group_id}-{topic}-{partition}"``: a member that lost a partition (a long
+pause, a network split) must never commit a transaction for it after the new owner
+started. Kafka Streams' exactly-once v2 (KIP-447) fences such a zombie by the group's
+generation, sent in TxnOffsetCommit v3; aiokafka 0.14 sends only v0/v1, so that needs
+a request of our own. With an id per input partition the new owner's InitProducerId
+(sent here, in :meth:`Transactions.fence`, *before* the assignment reads the committed
+offsets) aborts the zombie's open transaction and fences its producer at once. Any
+design that waits for a transaction timeout hangs on noida, which never expires an
+open transaction. The cost: a producer (one connection's worth of state) per owned
+partition.
+
+The barrier (ordering ``"partition"``): a partition's outputs go into its transaction
+while its records are in a handler, and its watermark moves only when a slice of
+records ends. A tick commits an idle partition with its watermark, and a busy one up
+to its record in hand (every record before it is finished), unless that record has
+published already: its outputs would commit without its offset, so it waits for the
+next tick (a handler that publishes and then awaits a long time delays its
+partition's commits by that long). Partitions are chosen and their locks taken
+before the first await, so a publish cannot slip between the choice and the commit;
+it waits for the commit instead. Key and unordered lanes finish records out of
+order; their barrier (per partition, the lowest offset in a handler, and no record
+of it above that offset having published) is planned and refused at build time.
+
+A failed commit aborts the transaction and stops the app with a ``BrokerError``:
+the outputs are gone with the offsets, and the next owner (or the restarted app)
+handles the records again from the last committed offset. A fenced producer is a
+zombie: it stops the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Collection, Mapping
+from typing import final
+
+import anyio
+import structlog
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
+from aiokafka.structs import OffsetAndMetadata
+
+from fairstream.errors import BrokerError, describe
+from fairstream.logs import current_record
+from fairstream.runtime._record import TP, Headers
+
+__all__ = ["Transactions", "handled_partition", "transactional_id"]
+
+log = structlog.get_logger(__name__)
+
+
+def transactional_id(group_id: str, tp: TP) -> str:
+    """The stable id of ``tp``'s producer: its next owner's InitProducerId fences ours."""
+    return f"{group_id}-{tp[0]}-{tp[1]}"
+
+
+def handled_partition() -> tuple[TP, int] | None:
+    """The partition and offset of the record this task is handling; ``None`` outside one.
+
+    A publish from outside a handler (a lifecycle hook, an HTTP route) has no input
+    partition and so no transaction: it goes through the app's plain producer.
+    """
+    slot = current_record.get()
+    record = slot.record if slot is not None else None
+    return None if record is None else ((record.topic, record.partition), record.offset)
+
+
+@final
+class Transactions:
+    """One member's transactional producers, one per owned input partition."""
+
+    def __init__(
+        self,
+        *,
+        group_id: str,
+        bootstrap: str,
+        new_producer: Callable[[str], AIOKafkaProducer],
+    ) -> None:
+        self.group_id = group_id
+        self._bootstrap = bootstrap
+        self._new_producer = new_producer
+        self._producers: dict[TP, AIOKafkaProducer] = {}
+        self._locks: dict[TP, anyio.Lock] = {}
+        self._open: set[TP] = set()
+        self._sent: dict[TP, list[asyncio.Future[object]]] = {}
+        """Deliveries of the open transactions, awaited before their commit: a publish
+        returns once its record is queued, since nobody can read it before the commit."""
+        self._failure: BrokerError | None = None
+        self._published_for: dict[TP, int] = {}
+        self._unfinished: set[TP] = set()
+        """Partitions whose transaction held outputs of a record that never finished (a
+        handler cancelled by a revoke or a stop): aborted, and never committed again
+        by this member; their next owner handles the records again."""
+        """Per partition, the offset of the input whose output went in last."""
+        """A publish that failed (a fenced producer, say): its transaction cannot
+        commit, and the handler saw it as its own error; the next commit stops the
+        app with it."""
+
+    async def fence(self, tps: Collection[TP]) -> None:
+        """Start ``tps``' producers: InitProducerId aborts a previous owner's transaction.
+
+        Called on assignment before the committed offsets are read, so no zombie
+        commit can land between the read and the first record.
+        """
+        for tp in sorted(tps):
+            if tp in self._producers:
+                continue
+            producer = self._new_producer(transactional_id(self.group_id, tp))
+            try:
+                await producer.start()
+            except KafkaError as exc:
+                await producer.stop()
+                raise self._error(
+                    tp,
+                    "starting the transactional producer (does the broker support "
+                    "transactions? tansu does not)",
+                    exc,
+                ) from exc
+            self._producers[tp] = producer
+            self._locks[tp] = anyio.Lock()
+            self._published_for.pop(tp, None)
+        log.debug("transactions_fenced", partitions=sorted(tps))
+
+    async def publish(
+        self,
+        tp: TP,
+        offset: int,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None,
+        headers: Headers,
+        partition: int | None,
+    ) -> None:
+        """Send the output of input ``offset`` of ``tp`` into ``tp``'s open transaction
+        (opened here if none is)."""
+        if tp not in self._producers:
+            await self.fence([tp])  # ours since the assignment, fenced lazily after a restart
+        producer = self._producers[tp]
+        async with self._locks[tp]:
+            try:
+                if tp not in self._open:
+                    await producer.begin_transaction()
+                    self._open.add(tp)
+                delivery = await producer.send(
+                    topic, value, key=key, headers=list(headers), partition=partition
+                )
+            except KafkaError as exc:
+                self._failure = self._error(tp, f"publishing to topic {topic!r}", exc)
+                raise self._failure from exc
+            self._sent.setdefault(tp, []).append(delivery)
+            self._published_for[tp] = offset
+
+    async def commit(
+        self,
+        offsets: Mapping[TP, tuple[int, str]],
+        in_hand: Mapping[TP, int],
+        watermark: Callable[[TP], int | None],
+    ) -> set[TP]:
+        """Commit the partitions' transactions with their offsets; the idle ones committed.
+
+        ``offsets``: the watermark (and offset map) of idle partitions; ``in_hand``:
+        the offset of the record in a handler per busy partition. Every record of a
+        busy partition below that one is finished (ordering ``"partition"``), so its
+        transaction commits with that offset, unless that record has published
+        already (its outputs would commit without it: the next tick tries again). The
+        partitions are chosen and their locks taken before the first await, so no
+        publish slips in between the choice and the commit; a publish waits for it.
+        An idle partition whose last output came from a record at or above its
+        ``watermark`` (its handler was cancelled) is aborted instead (``_unfinished``).
+
+        :raises BrokerError: a transaction failed (aborted where it still could be).
+        """
+        if self._failure is not None:
+            for tp, producer in self._producers.items():
+                if tp in self._open:
+                    await self._abort(tp, producer)
+            raise self._failure
+        chosen: dict[TP, tuple[int, str] | None] = {}
+        for tp in sorted(set(offsets) | self._open):
+            lock = self._locks.get(tp)
+            if lock is None:
+                continue  # not fenced yet: nothing of it was published
+            published = self._published_for.get(tp, -1)
+            if tp in self._unfinished:
+                continue
+            if tp in in_hand:
+                if tp not in self._open or published == in_hand[tp]:
+                    continue
+                target: tuple[int, str] | None = (in_hand[tp], "")
+            else:
+                target = offsets.get(tp)
+                if tp in self._open and published >= (watermark(tp) or 0):
+                    self._unfinished.add(tp)
+            try:
+                lock.acquire_nowait()
+            except anyio.WouldBlock:
+                continue  # a publish is under way: the next tick
+            chosen[tp] = target
+        try:
+            for tp, target in chosen.items():
+                await self._commit_one(tp, target)
+        finally:
+            for tp in chosen:
+                if tp in self._locks:
+                    self._locks[tp].release()
+        return {tp for tp in chosen if tp not in in_hand and tp not in self._unfinished}
+
+    async def _commit_one(self, tp: TP, target: tuple[int, str] | None) -> None:
+        producer = self._producers[tp]
+        if tp in self._unfinished:
+            log.warning(
+                "transaction_aborted",
+                topic=tp[0],
+                partition=tp[1],
+                offset=self._published_for.get(tp),
+                reason="a handler was cancelled after it published; the partition's "
+                "records since its last commit are handled again by its next owner",
+            )
+            await self._abort(tp, producer)
+            return
+        try:
+            if tp not in self._open:
+                await producer.begin_transaction()
+                self._open.add(tp)
+            for delivery in self._sent.pop(tp, ()):
+                await delivery
+            if target is not None:
+                offset, metadata = target
+                await producer.send_offsets_to_transaction(
+                    {TopicPartition(*tp): OffsetAndMetadata(offset, metadata)}, self.group_id
+                )
+            await producer.commit_transaction()
+            self._open.discard(tp)
+        except KafkaError as exc:
+            await self._abort(tp, producer)
+            raise self._error(tp, "committing the transaction", exc) from exc
+
+    async def release(self, tps: Collection[TP]) -> None:
+        """Close ``tps``' producers (revoked or lost); an open transaction is aborted.
+
+        Their next owner fences the ids anyway; closing now frees the connections and
+        lets this member fence afresh if a partition comes back.
+        """
+        for tp in sorted(set(tps) & self._producers.keys()):
+            producer = self._producers.pop(tp)
+            self._locks.pop(tp)
+            self._unfinished.discard(tp)
+            if tp in self._open:
+                self._open.discard(tp)
+                await self._abort(tp, producer)
+            await producer.stop()
+
+    async def aclose(self) -> None:
+        await self.release(list(self._producers))
+
+    async def _abort(self, tp: TP, producer: AIOKafkaProducer) -> None:
+        """Abort ``tp``'s transaction; a fenced producer cannot, and need not (its
+        fencer aborted it)."""
+        self._open.discard(tp)
+        for delivery in self._sent.pop(tp, ()):
+            delivery.cancel()
+        try:
+            await producer.abort_transaction()
+        except KafkaError as exc:
+            log.warning(
+                "transaction_abort_failed",
+                topic=tp[0],
+                partition=tp[1],
+                reason=f"{describe(exc)}; the partition's next owner aborts it when it "
+                "fences the transactional id",
+            )
+
+    def _error(self, tp: TP, what: str, exc: KafkaError) -> BrokerError:
+        return BrokerError(
+            f"exactly-once: {what} for {tp[0]}[{tp[1]}] failed: {describe(exc)}; "
+            "its outputs are aborted and the records are handled again from the last "
+            "committed offset",
+            bootstrap=self._bootstrap,
+            retriable=False,
+        )

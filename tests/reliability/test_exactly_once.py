@@ -1,0 +1,180 @@
+"""Exactly-once consume-transform-produce on noida, with real processes (issue 41).
+
+:mod:`tests.reliability.eos_app` publishes one output per input. Under
+at-least-once each SIGKILL repeats the records handled since the last commit, and
+so their outputs; under exactly-once those outputs were in a transaction the
+restarted member's InitProducerId aborted, and a ``read_committed`` reader sees
+every input's output once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import anyio
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from fairstream.runtime._static_leave import _StaticLeave
+from tests.conftest import Broker
+from tests.kafka_helpers import input_output_topics, produce, read_committed
+from tests.reliability.scenarios import REPO, stop_sink
+
+pytestmark = pytest.mark.broker
+
+PARTITIONS, RECORDS = 4, 5_000
+"""At 5 ms a record and one record in hand per partition a run takes about 6 s, so
+the kills at a quarter and at half of the records land mid-stream."""
+IDS = [f"id-{n}".encode() for n in range(RECORDS)]
+
+
+def _spawn(env: dict[str, str], name: str, log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as err:
+        return subprocess.Popen(
+            [
+                *(sys.executable, "-m", "fairstream", "--log-level", "WARNING", "run"),
+                *("tests.reliability.eos_app:build", "--log-format", "json"),
+            ],
+            cwd=REPO,
+            env={**os.environ, **env, "FAIRSTREAM_INSTANCE_ID": name},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+
+
+class _Group:
+    """Reads a group's committed offsets and a topic's end, through one consumer."""
+
+    def __init__(self, bootstrap: str, group_id: str, topic: str) -> None:
+        self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id)
+        self._tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+
+    async def start(self) -> None:
+        await self._consumer.start()
+
+    async def committed(self) -> int:
+        total = 0
+        for tp in self._tps:
+            total += await self._consumer.committed(tp) or 0
+        return total
+
+    async def wait_committed(self, at_least: int, limit: float = 60) -> int:
+        with anyio.fail_after(limit):
+            while (done := await self.committed()) < at_least:  # noqa: ASYNC110 - the broker's commits: no event
+                await anyio.sleep(0.05)
+        return done
+
+    async def aclose(self) -> None:
+        await self._consumer.stop()
+
+
+async def _inputs(bootstrap: str) -> tuple[dict[str, str], _Group]:
+    """RECORDS inputs on a new topic; the app's environment and its group's reader."""
+    source, sink = await input_output_topics(bootstrap, "eos", PARTITIONS)
+    await produce(bootstrap, source, ((n % PARTITIONS, value) for n, value in enumerate(IDS)))
+    group_id = f"eos-{uuid.uuid4().hex[:8]}"
+    env = {
+        "FAIRSTREAM_BOOTSTRAP": bootstrap,
+        "EOS_GROUP_ID": group_id,
+        "EOS_INPUT": source,
+        "EOS_OUTPUT": sink,
+        "EOS_DELAY": "0.005",
+    }
+    return env, _Group(bootstrap, group_id, source)
+
+
+async def _assert_one_output_each(bootstrap: str, sink: str, log: str = "") -> None:
+    outputs = Counter(await read_committed(bootstrap, sink, PARTITIONS))
+    assert set(outputs) == set(IDS), log[-2000:]
+    duplicated = {value: n for value, n in outputs.items() if n > 1}
+    assert not duplicated, f"{len(duplicated)} inputs with more than one output"
+
+
+async def test_sigkill_twice_every_input_has_one_output(own_noida: Broker, tmp_path: Path) -> None:
+    bootstrap = own_noida.bootstrap
+    env, group = await _inputs(bootstrap)
+    await group.start()
+    try:
+        for kill_at in (RECORDS // 4, RECORDS // 2):
+            app = _spawn(env, "eos-0", tmp_path / "app.log")
+            at_kill = await group.wait_committed(kill_at)
+            await stop_sink(app, signal.SIGKILL, 10)
+            assert at_kill < RECORDS, "the kill came after the last record"
+        app = _spawn(env, "eos-0", tmp_path / "app.log")
+        await group.wait_committed(RECORDS)
+        assert await stop_sink(app, signal.SIGTERM, 30) == 0
+        assert await group.committed() == RECORDS  # the group ends at the log end
+    finally:
+        await group.aclose()
+    log = (tmp_path / "app.log").read_text(errors="replace")
+    await _assert_one_output_each(bootstrap, env["EOS_OUTPUT"], log)
+
+
+async def test_aborted_transaction_is_never_read(noida: Broker) -> None:
+    """(d) a transaction aborted after its sends: a read_committed reader skips it."""
+    bootstrap = noida.bootstrap
+    _, sink = await input_output_topics(bootstrap, "eos", PARTITIONS)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"t-{sink}")
+    await producer.start()
+    try:
+        await producer.begin_transaction()
+        for n in range(10):
+            await producer.send_and_wait(sink, b"aborted-%d" % n, partition=n % PARTITIONS)
+        await producer.abort_transaction()
+        await producer.begin_transaction()
+        await producer.send_and_wait(sink, b"kept", partition=0)
+        await producer.commit_transaction()
+    finally:
+        await producer.stop()
+    assert await read_committed(bootstrap, sink, PARTITIONS) == [b"kept"]
+
+
+async def _remove_member(bootstrap: str, group_id: str, instance_id: str) -> None:
+    """Remove a static member from its group by instance id (LeaveGroup v3), as Kafka's
+    ``removeMembersFromConsumerGroup`` does: noida never moves a frozen member's
+    partitions by itself."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id)
+    await consumer.start()
+    try:
+        coordinator = consumer._coordinator
+        await coordinator.ensure_coordinator_known()
+        response = await coordinator._send_req(_StaticLeave(group_id, "", instance_id))
+        assert not response.error_code, response
+        assert not any(code for *_, code in response.members), response
+    finally:
+        await consumer.stop()
+
+
+async def test_zombie_member_is_fenced(own_noida: Broker, tmp_path: Path) -> None:
+    """(c) a member frozen with SIGSTOP until its partitions move, then woken: the
+    new owner's InitProducerId fenced its transactions, so none of its outputs is
+    read twice."""
+    bootstrap = own_noida.bootstrap
+    env, group = await _inputs(bootstrap)
+    await group.start()
+    zombie = _spawn(env, "eos-a", tmp_path / "a.log")
+    other = _spawn(env, "eos-b", tmp_path / "b.log")
+    try:
+        await group.wait_committed(RECORDS // 5)
+        zombie.send_signal(signal.SIGSTOP)
+        await _remove_member(bootstrap, env["EOS_GROUP_ID"], "eos-a")
+        await group.wait_committed(RECORDS)  # eos-b took the zombie's partitions over
+        zombie.send_signal(signal.SIGCONT)
+        with anyio.move_on_after(20):  # fenced, it stops by itself; else it is stopped
+            await anyio.to_thread.run_sync(zombie.wait, abandon_on_cancel=True)
+        assert await stop_sink(other, signal.SIGTERM, 30) == 0
+    finally:
+        for process in (zombie, other):
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                process.kill()
+                process.wait(10)
+        await group.aclose()
+    await _assert_one_output_each(bootstrap, env["EOS_OUTPUT"])
