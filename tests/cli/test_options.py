@@ -41,19 +41,17 @@ def _fairstream(
     )
 
 
-# --- the README's table is the list of variables ------------------------------------
+# --- the Configuration page's table is the list of variables ------------------------------------
 
 
-def _readme_variables() -> set[str]:
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("## Configuration") :]
-    section = section[: section.index("\n## ", 1)]
-    return set(re.findall(r"^\| `(FAIRSTREAM_[A-Z_]+)`", section, re.M))
+def _documented_variables() -> set[str]:
+    text = (REPO / "docs" / "getting-started" / "configuration.md").read_text()
+    return set(re.findall(r"^\| `(FAIRSTREAM_[A-Z_]+)`", text, re.M))
 
 
-def test_every_variable_read_is_in_the_readme_table_and_back() -> None:
-    documented = _readme_variables()
-    assert documented, "no Configuration table in the README"
+def test_every_variable_read_is_in_the_configuration_table_and_back() -> None:
+    documented = _documented_variables()
+    assert documented, "no table in docs/getting-started/configuration.md"
     environ = {name: "x" for name in documented} | {"FAIRSTREAM_UNKNOWN": "x"}
     read = {f"FAIRSTREAM_{key.upper()}" for key in from_env(environ)}
     assert read == documented

@@ -1,8 +1,9 @@
-"""The README's runnable blocks, run as written.
+"""The documentation's runnable blocks, run as written.
 
-A fenced block after ``<!-- readme-test: NAME -->`` is saved as ``NAME`` in an empty
-folder and run there: a ``test_*.py`` file with pytest, anything else with Python.
-The blocks are read at test time, so the README and these checks cannot drift.
+A fenced block after ``<!-- readme-test: NAME -->`` in a page under docs/ is saved as
+``NAME`` in an empty folder and run there: a ``test_*.py`` file with pytest, anything
+else with Python. The blocks are read at test time, so the pages and these checks
+cannot drift. (The README's own blocks, the first app, are tests/cli/test_quickstart.py's.)
 """
 
 from __future__ import annotations
@@ -16,18 +17,22 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).parents[2] / "README.md"
+DOCS = Path(__file__).parents[2] / "docs"
 MARKED_BLOCK = re.compile(
     r"<!-- readme-test: (?P<name>[\w.]+) -->\n```python\n(?P<body>.*?)```", re.S
 )
 
 
 def _blocks() -> dict[str, str]:
-    return {m["name"]: m["body"] for m in MARKED_BLOCK.finditer(README.read_text())}
+    return {
+        m["name"]: m["body"]
+        for page in sorted(DOCS.rglob("*.md"))
+        for m in MARKED_BLOCK.finditer(page.read_text())
+    }
 
 
 def _run(name: str, folder: Path) -> subprocess.CompletedProcess[str]:
-    """Save the README's block ``name`` in ``folder`` and run it as a user would."""
+    """Save the docs' block ``name`` in ``folder`` and run it as a user would."""
     (folder / name).write_text(_blocks()[name])
     command = (
         ["-m", "pytest", name, "-q", "-p", "no:cacheprovider"]

@@ -24,7 +24,7 @@ from fairstream.prometheus import metrics_text
 from fairstream.runtime._stats import AppStats
 from fairstream.testing import MemoryBroker
 
-README = Path(__file__).parents[2] / "README.md"
+OBSERVABILITY = Path(__file__).parents[2] / "docs" / "operating" / "observability.md"
 
 
 def _families(text: str) -> dict[str, tuple[str, str, list[tuple[str, Any, float]]]]:
@@ -82,9 +82,9 @@ async def test_both_expositions_serve_the_same_families(
     assert stats.retries and stats.dead_letters and stats.records_skipped
 
 
-async def test_the_readme_table_names_every_family() -> None:
+async def test_the_docs_table_names_every_family() -> None:
     app, _ = await _snapshot("billing", "orders")
-    section = README.read_text().split("## Metrics (Prometheus)", 1)[1].split("\n## ", 1)[0]
+    section = OBSERVABILITY.read_text().split("## Metrics (Prometheus)", 1)[1].split("\n## ", 1)[0]
     documented = set(re.findall(r"`(fairstream_\w+)`", section))
     exposed = {
         family.name + ("_total" if family.type == "counter" else "")
