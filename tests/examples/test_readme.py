@@ -107,3 +107,15 @@ def test_publishers_hooks_and_listeners_the_test_passes(tmp_path: Path) -> None:
     result = _run("test_service.py", tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed" in result.stdout
+
+
+def test_the_readme_links_to_files_that_exist() -> None:
+    """The README's relative links (the guides, RESULTS, examples) lead somewhere.
+
+    ``make docs`` checks the site's links, not the README's, which GitHub renders.
+    """
+    root = DOCS.parent
+    text = (root / "README.md").read_text()
+    links = re.findall(r"\]\(((?!https?://|#)[^)#]+)", text)
+    assert any(link.startswith("docs/") for link in links), "no link to the docs pages"
+    assert [link for link in links if not (root / link).exists()] == []
