@@ -7,11 +7,11 @@ May import ``fairstream.assign``, ``config``, ``errors``, ``ranges``; never ``cl
 """
 
 from fairstream._public import show_public_paths as _show_public_paths
-from fairstream.runtime._admin import BrokerAdmin
 from fairstream.runtime._app import App, Health
-from fairstream.runtime._assignors import make_assignor
 from fairstream.runtime._decode import DecodeError, Decoder
 from fairstream.runtime._http import serve_status
+from fairstream.runtime._kafka._admin import BrokerAdmin
+from fairstream.runtime._kafka._assignors import make_assignor
 from fairstream.runtime._loader import load_app
 from fairstream.runtime._middleware import CallNext, Middleware
 from fairstream.runtime._record import Record

@@ -30,7 +30,6 @@ from fairstream.runtime._assignor_checks import (
     check_cooperative,
     check_replan_interval,
 )
-from fairstream.runtime._clients import aiokafka_clients
 from fairstream.runtime._engine import Ack, Engine
 from fairstream.runtime._exactly_once import (
     EXACTLY_ONCE_COMMIT_INTERVAL,
@@ -39,6 +38,7 @@ from fairstream.runtime._exactly_once import (
     check_subscribers,
 )
 from fairstream.runtime._hooks import HookRegistry, Hooks
+from fairstream.runtime._kafka._clients import aiokafka_clients
 from fairstream.runtime._middleware import Middleware, bind_app, check_middlewares, publish_hooks
 from fairstream.runtime._ports import KafkaClients
 from fairstream.runtime._record import Headers, Record, publish_bytes

@@ -43,9 +43,7 @@ from aiokafka.errors import KafkaError
 
 from fairstream.config import SchedulerConfig
 from fairstream.errors import BrokerError, FairstreamError, describe
-from fairstream.runtime._membership import MembershipRefused
-from fairstream.runtime._ports import KafkaClients, consumer_broken
-from fairstream.runtime._pull_in_turn import InTurn, pull_in_turn
+from fairstream.runtime._ports import InTurn, KafkaClients, MembershipRefused, consumer_broken
 from fairstream.runtime._record import TP, Record, as_records, record_bytes
 from fairstream.runtime._scheduler import Dispatch, FairScheduler, PartitionQueue
 
@@ -113,10 +111,10 @@ class Fetcher:
         """The offset after the last record delivered per partition, since the assignment."""
         self._aside: dict[TopicPartition, tuple[int, float]] = {}
         """Partitions whose fetch failed: failures in a row, and when to try again."""
-        self._hooked: object = None
+        self._asked: object = None
         self._in_turn: InTurn | None = None
-        """Where ``_hooked``, the consumer, pulls from each partition in turn
-        (:func:`pull_in_turn`), the hook; else a pull is small, to stay fair."""
+        """Where ``_asked``, the consumer, pulls from each partition in turn
+        (``KafkaClients.pull_in_turn``), the hook; else a pull is small, to stay fair."""
         self._record_size = 1
         """Bytes per record in the last pull, to keep a pull within ``max_buffered_bytes``."""
         self.rebuilt = 0
@@ -162,10 +160,9 @@ class Fetcher:
         """Pull what the queues have room for until :meth:`stop`."""
         scheduler = self._scheduler
         while not self._stopping:
-            if self._hooked is not self._clients.consumer:  # the first, or a rebuilt one
-                self._hooked = self._clients.consumer
-                self._in_turn = pull_in_turn(
-                    self._hooked,
+            if self._asked is not self._clients.consumer:  # the first, or a rebuilt one
+                self._asked = self._clients.consumer
+                self._in_turn = self._clients.pull_in_turn(
                     self._allowance,
                     linger=self._config.fetch_linger,
                     busy=self._busy,
@@ -312,7 +309,7 @@ class Fetcher:
         drains it below, so a backlog partition that aiokafka lists first cannot take
         every pull.
 
-        Where the consumer pulls in turn (:func:`pull_in_turn`, aiokafka's own
+        Where the consumer pulls in turn (``KafkaClients.pull_in_turn``, aiokafka's own
         consumer), a pull names no partition: :meth:`_allowance` gives each buffered
         partition what its queue has room for, in turn, so one pull fills many queues.
 

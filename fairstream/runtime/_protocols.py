@@ -1,4 +1,4 @@
-"""The JoinGroup protocols a member offers: their names, and one entry per strategy.
+"""The JoinGroup protocol names a member offers, one per strategy, and what they mean.
 
 A member may offer several strategies, best first (Kafka's
 ``partition.assignment.strategy`` list): the coordinator picks a protocol every
@@ -8,24 +8,16 @@ librdkafka or Java consumers and take it over once the last of those leaves.
 the metadata is the standard consumer protocol's (version 0: the subscription,
 and fairstream's owned partitions only in the user data), which those clients read.
 
-The names live apart from the planner (:mod:`fairstream.runtime._assignors`)
-because the rebalance room asks them too: a group on a shared protocol may hold
-consumers that cannot read KIP-333 ranges (:func:`shared_protocol`).
+The names live apart from the planner (:mod:`fairstream.runtime._kafka._assignors`)
+and its aiokafka entries (:mod:`fairstream.runtime._kafka._strategy_offers`) because
+the rebalance room asks them too: a group on a shared protocol may hold consumers
+that cannot read KIP-333 ranges (:func:`shared_protocol`). Plain functions of
+strings: the typing Protocols of the runtime are in ``_ports``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Protocol, final
-
-from aiokafka.cluster import ClusterMetadata
-from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
-from aiokafka.coordinator.protocol import (
-    ConsumerProtocolMemberAssignment,
-    ConsumerProtocolMemberMetadata,
-)
-
-__all__ = ["Planner", "StrategyOffer", "protocol_name", "shared_protocol"]
+__all__ = ["protocol_name", "shared_protocol"]
 
 _KAFKA_NAMED = frozenset({"range", "roundrobin"})
 """Strategies every Kafka client has under these protocol names, assigning alike
@@ -52,57 +44,3 @@ def shared_protocol(protocol: str | None) -> bool:
     jumped and then moved to it would lose its shadow's records.
     """
     return protocol is not None and not protocol.startswith("fairstream-")
-
-
-class Planner(Protocol):
-    """The planner every entry of one member shares (``_assignors.PlanningAssignor``)."""
-
-    @property
-    def cooperative(self) -> bool: ...
-
-    def metadata(
-        self, topics: Iterable[str], *, owned: bool = True
-    ) -> ConsumerProtocolMemberMetadata: ...
-
-    def assigned(self, protocol: str, assignment: ConsumerProtocolMemberAssignment) -> None: ...
-
-    def plan_group(
-        self,
-        chosen: str,
-        cluster: ClusterMetadata,
-        members: Mapping[str, ConsumerProtocolMemberMetadata],
-        cooperative: bool = False,
-    ) -> dict[str, ConsumerProtocolMemberAssignment]: ...
-
-
-@final
-class StrategyOffer(AbstractPartitionAssignor):  # type: ignore[misc]
-    """A further strategy of a planner, as its own protocol entry.
-
-    aiokafka asks the entry whose name the group chose to plan (on the leader)
-    and to take the assignment (on every member); both go to the shared planner.
-    """
-
-    version = 0
-
-    def __init__(self, planner: Planner, strategy: str, cooperative: bool) -> None:
-        self._planner = planner
-        self.strategy = strategy
-        self.cooperative = cooperative
-
-    @property
-    def name(self) -> str:
-        return protocol_name(self.strategy, self.cooperative)
-
-    def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
-        # An eager member offering -coop owns nothing when it joins: it revoked all.
-        owned = self._planner.cooperative or not self.cooperative
-        return self._planner.metadata(topics, owned=owned)
-
-    def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
-        self._planner.assigned(self.name, assignment)
-
-    def assign(
-        self, cluster: ClusterMetadata, members: Mapping[str, ConsumerProtocolMemberMetadata]
-    ) -> dict[str, ConsumerProtocolMemberAssignment]:
-        return self._planner.plan_group(self.strategy, cluster, members, self.cooperative)

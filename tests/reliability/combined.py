@@ -25,7 +25,7 @@ import anyio
 from aiokafka import TopicPartition
 
 from fairstream import App
-from fairstream.runtime._admin import BrokerAdmin
+from fairstream.runtime._kafka._admin import BrokerAdmin
 from tests.kafka_helpers import create_topic, read_all
 from tests.reliability.checker import (
     Result,

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import anyio
 from aiokafka import AIOKafkaConsumer
 
-from fairstream.runtime._admin import BrokerAdmin
-from fairstream.runtime._assignors import PlanningAssignor, PlanRecord, make_assignor
+from fairstream.runtime._kafka._admin import BrokerAdmin
+from fairstream.runtime._kafka._assignors import PlanningAssignor, PlanRecord, make_assignor
 
 
 async def start_lag_member(

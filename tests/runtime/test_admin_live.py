@@ -8,7 +8,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from fairstream.errors import BrokerError
-from fairstream.runtime._admin import BrokerAdmin, Committed
+from fairstream.runtime._kafka._admin import BrokerAdmin, Committed
 from tests.conftest import Broker, TopicFactory
 from tests.kafka_helpers import produce
 

@@ -24,7 +24,7 @@ from structlog.testing import capture_logs
 from fairstream import App
 from fairstream.assign import STRATEGIES, GroupSnapshot, plan, strategy_names
 from fairstream.errors import ConfigError
-from fairstream.runtime._assignors import PlanningAssignor, make_assignor
+from fairstream.runtime._kafka._assignors import PlanningAssignor, make_assignor
 
 LAGS = {"a": (400, 30, 20), "b": (350, 25, 15)}
 

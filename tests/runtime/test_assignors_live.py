@@ -13,8 +13,8 @@ from aiokafka import AIOKafkaConsumer
 from fairstream._cli_replan import replan
 from fairstream.assign import member_lags, plan
 from fairstream.cli import main
-from fairstream.runtime._admin import BrokerAdmin
-from fairstream.runtime._assignors import PlanningAssignor
+from fairstream.runtime._kafka._admin import BrokerAdmin
+from fairstream.runtime._kafka._assignors import PlanningAssignor
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic, produce
 from tests.runtime.lag_members import settled_plan, start_lag_member

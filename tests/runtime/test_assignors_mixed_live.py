@@ -15,8 +15,8 @@ from aiokafka import AIOKafkaConsumer
 from structlog.testing import capture_logs
 
 from fairstream.assign import Assignment, GroupSnapshot, plan
-from fairstream.runtime._admin import BrokerAdmin
-from fairstream.runtime._assignors import PlanningAssignor, PlanRecord
+from fairstream.runtime._kafka._admin import BrokerAdmin
+from fairstream.runtime._kafka._assignors import PlanningAssignor, PlanRecord
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic, produce
 from tests.runtime.lag_members import settled_plan, start_lag_member

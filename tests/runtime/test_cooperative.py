@@ -17,8 +17,8 @@ from aiokafka.coordinator.protocol import (
 
 from fairstream import App
 from fairstream.errors import ConfigError
-from fairstream.runtime._assignors import make_assignor
-from fairstream.runtime._cooperative import make_cooperative, unsupported
+from fairstream.runtime._kafka._assignors import make_assignor
+from fairstream.runtime._kafka._cooperative_hooks import make_cooperative, unsupported
 from fairstream.runtime._protocols import protocol_name, shared_protocol
 from tests.conftest import Broker
 

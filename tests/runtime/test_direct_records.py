@@ -9,7 +9,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from fairstream import Record
-from fairstream.runtime._direct_records import build_records_directly
+from fairstream.runtime._kafka._direct_records import build_records_directly
 from tests.conftest import Broker, TopicFactory
 from tests.kafka_helpers import group_less_reader
 

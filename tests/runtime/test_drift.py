@@ -10,9 +10,9 @@ import pytest
 from fairstream import App
 from fairstream.assign import GroupSnapshot, plan
 from fairstream.errors import ConfigError
-from fairstream.runtime._assignors import PlanRecord, make_assignor
-from fairstream.runtime._clients import aiokafka_clients
-from fairstream.runtime._drift import check_drift, plan_to_check
+from fairstream.runtime._kafka._assignors import PlanRecord, make_assignor
+from fairstream.runtime._kafka._clients import aiokafka_clients
+from fairstream.runtime._kafka._drift import check_drift, plan_to_check
 from fairstream.runtime._ports import DriftWatcher
 
 LAGS = {"a": (100, 100, 100, 100), "b": (50, 50, 50, 50)}

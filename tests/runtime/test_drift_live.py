@@ -15,9 +15,9 @@ from structlog.testing import capture_logs
 
 from fairstream import App, Record
 from fairstream.assign import member_lags
-from fairstream.runtime._admin import BrokerAdmin
-from fairstream.runtime._assignors import PlanningAssignor, PlanRecord
-from fairstream.runtime._drift import watch_drift
+from fairstream.runtime._kafka._admin import BrokerAdmin
+from fairstream.runtime._kafka._assignors import PlanningAssignor, PlanRecord
+from fairstream.runtime._kafka._drift import watch_drift
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic, produce
 from tests.runtime.lag_members import start_lag_member

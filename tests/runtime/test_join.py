@@ -17,8 +17,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.protocol.group import JoinGroupRequest
 
-from fairstream.runtime._assignors import make_assignor
-from fairstream.runtime._join import offer_all_at_once
+from fairstream.runtime._kafka._assignors import make_assignor
+from fairstream.runtime._kafka._join import offer_all_at_once
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic
 

@@ -19,9 +19,14 @@ from aiokafka.protocol.group import JoinGroupResponse_v2, JoinGroupResponse_v5
 from structlog.testing import capture_logs
 
 from fairstream.assign import Assignment
-from fairstream.runtime._assignors import PlanningAssignor, make_assignor
-from fairstream.runtime._join import _MEMBER_FIELDS, _member_fields, instance_ids, report_join
-from fairstream.runtime._member_data import (
+from fairstream.runtime._kafka._assignors import PlanningAssignor, make_assignor
+from fairstream.runtime._kafka._join import (
+    _MEMBER_FIELDS,
+    _member_fields,
+    instance_ids,
+    report_join,
+)
+from fairstream.runtime._kafka._member_data import (
     decode_generation,
     encode_handover,
     read_reports,

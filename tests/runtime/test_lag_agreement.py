@@ -19,7 +19,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from fairstream import App, ConsumerConfig, Record, SchedulerConfig
 from fairstream.cli import main
-from fairstream.runtime._clients import AIOKafkaClients
+from fairstream.runtime._kafka._clients import AIOKafkaClients
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic, produce
 

@@ -26,7 +26,8 @@ from aiokafka.errors import UnknownError, for_code
 from aiokafka.protocol.group import HeartbeatRequest
 
 from fairstream import App, ConsumerConfig, MembershipError, Record
-from fairstream.runtime._membership import MembershipRefused, watch_membership
+from fairstream.runtime._kafka._membership import watch_membership
+from fairstream.runtime._ports import MembershipRefused
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic
 from tests.reliability.checker import make_ids, produce_ids, wait_for_sightings

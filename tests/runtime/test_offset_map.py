@@ -25,7 +25,7 @@ from fairstream.ranges import (
     encode_metadata,
     merge_ranges,
 )
-from fairstream.runtime._admin import BrokerAdmin
+from fairstream.runtime._kafka._admin import BrokerAdmin
 from fairstream.runtime._offsets import OffsetTracker
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic, produce_keyed

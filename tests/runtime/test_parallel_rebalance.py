@@ -27,7 +27,7 @@ from structlog.testing import capture_logs
 from fairstream import App, HandoffFailed, ParallelRebalance, Record, SchedulerConfig
 from fairstream.config import ShadowHandoff
 from fairstream.ranges import OffsetRange, decode_shadow
-from fairstream.runtime._admin import BrokerAdmin
+from fairstream.runtime._kafka._admin import BrokerAdmin
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic, produce
 

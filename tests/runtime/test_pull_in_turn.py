@@ -7,7 +7,7 @@ import pytest
 import structlog
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from fairstream.runtime._pull_in_turn import pull_in_turn
+from fairstream.runtime._kafka._pull_in_turn import pull_in_turn
 from tests.conftest import Broker, TopicFactory
 from tests.kafka_helpers import produce
 from tests.runtime.live_traffic import wait_until

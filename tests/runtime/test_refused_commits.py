@@ -25,7 +25,7 @@ from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.protocol.commit import OffsetCommitRequest
 from aiokafka.structs import OffsetAndMetadata
 
-from fairstream.runtime._refused_commits import keep_member_on_refused_commit
+from fairstream.runtime._kafka._refused_commits import keep_member_on_refused_commit
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic
 

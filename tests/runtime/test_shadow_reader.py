@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from fairstream import App, BrokerError
-from fairstream.runtime._clients import aiokafka_clients
+from fairstream.runtime._kafka._clients import aiokafka_clients
 
 
 def _closed_port() -> str:

@@ -7,7 +7,7 @@ import pytest
 import structlog
 
 from fairstream import App, ConsumerConfig, Record
-from fairstream.runtime._static_leave import leave_when_stopped
+from fairstream.runtime._kafka._static_leave import leave_when_stopped
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic
 from tests.runtime.live_traffic import wait_until

@@ -18,7 +18,7 @@ from structlog.testing import capture_logs
 
 from fairstream import App, Record, SchedulerConfig
 from fairstream.assign import Assignment
-from fairstream.runtime._member_data import (
+from fairstream.runtime._kafka._member_data import (
     decode_handover,
     encode_handover,
     encode_owned,

@@ -17,15 +17,16 @@ stale reading makes the leader plan ``fair`` (``lag_snapshot_unusable``, ``reaso
 Each member reports the partitions it owns in its join metadata, so the leader can
 hand the planners a previous assignment whoever led last time, and the progress a
 refused revoke commit left unsaved, which the leader hands to each partition's next
-owner (:mod:`fairstream.runtime._member_data`). It reports the generation it got them
+owner (:mod:`fairstream.runtime._kafka._member_data`). It reports the generation it got them
 in too, which the leader writes into every assignment, so a stale claim loses to the
 current owner's (:func:`fairstream.assign.resolve_owned`). The generation and the
 static members' instance ids come from the JoinGroup answer, which aiokafka keeps
-from assignors (:func:`fairstream.runtime._join.report_join` hands them over).
+from assignors (:func:`fairstream.runtime._kafka._join.report_join` hands them over).
 
 A member may offer several strategies, best first, to join a group of other
-clients' consumers: their protocol names and entries are in
-:mod:`fairstream.runtime._protocols`.
+clients' consumers: their protocol names are in
+:mod:`fairstream.runtime._protocols`, their aiokafka entries in
+:mod:`fairstream.runtime._kafka._strategy_offers`.
 """
 
 from __future__ import annotations
@@ -55,10 +56,10 @@ from fairstream.assign.claims import NO_GENERATION
 from fairstream.config import SecurityConfig
 from fairstream.errors import BrokerError, ConfigError
 from fairstream.runtime import _assignor_checks as checks
-from fairstream.runtime._admin import AutoOffsetReset, BrokerAdmin
-from fairstream.runtime._cooperative import hold_back
-from fairstream.runtime._lag_listener import RefreshingListener
-from fairstream.runtime._member_data import (
+from fairstream.runtime._kafka._admin import AutoOffsetReset, BrokerAdmin
+from fairstream.runtime._kafka._cooperative_hooks import hold_back
+from fairstream.runtime._kafka._lag_listener import RefreshingListener
+from fairstream.runtime._kafka._member_data import (
     Handover,
     decode_generation,
     decode_handover,
@@ -68,7 +69,8 @@ from fairstream.runtime._member_data import (
     reported_owners,
     route_unsaved,
 )
-from fairstream.runtime._protocols import StrategyOffer, protocol_name
+from fairstream.runtime._kafka._strategy_offers import StrategyOffer
+from fairstream.runtime._protocols import protocol_name
 
 __all__ = [
     "LagReading",
@@ -419,8 +421,8 @@ def make_assignor(
     ``assignor.listener(consumer)`` (or await ``assignor.refresh_lag(topics)`` in
     your own ``on_partitions_revoked``) so a fresh reading exists at each join.
     ``replan_interval_s`` turns on re-planning on drift (see
-    :func:`fairstream.runtime._drift.watch_drift`, which the App runs).
-    ``cooperative`` plans for KIP-429 members (:mod:`fairstream.runtime._cooperative`);
+    :func:`fairstream.runtime._kafka._drift.watch_drift`, which the App runs).
+    ``cooperative`` plans for KIP-429 members (:mod:`fairstream.runtime._kafka._cooperative_hooks`);
     ``"upgrade"`` offers the ``-coop`` protocols after the eager ones, rebalancing eagerly.
 
     :raises ConfigError: an unknown, repeated or missing strategy name, ``lag``

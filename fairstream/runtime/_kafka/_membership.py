@@ -48,8 +48,9 @@ from aiokafka.protocol.group import JoinGroupRequest
 from aiokafka.protocol.types import Array, Boolean, Bytes, Int16, Int32, Schema, String
 
 from fairstream.errors import MembershipError
+from fairstream.runtime._ports import MembershipRefused
 
-__all__ = ["MembershipRefused", "watch_membership"]
+__all__ = ["watch_membership"]
 
 log = structlog.get_logger(__name__)
 
@@ -59,14 +60,6 @@ INCONSISTENT_GROUP_PROTOCOL = 23
 
 _HOOKED = ("_send_req", "_push_error_to_user", "_on_join_prepare", "_on_join_complete")
 """The coordinator methods :func:`watch_membership` wraps."""
-
-
-class MembershipRefused(KafkaError):  # type: ignore[misc]  # aiokafka is untyped
-    """What ``getmany`` raises in place of aiokafka's error: the group will not keep us."""
-
-    def __init__(self, error: MembershipError) -> None:
-        super().__init__(error)  # copy.copy (aiokafka copies it) rebuilds from args
-        self.error = error
 
 
 class _DescribeGroupsResponseV4(Response):  # type: ignore[misc]
@@ -137,7 +130,7 @@ def _error_codes(request: object, response: Any) -> list[int]:
 def watch_membership(consumer: Any, *, group_id: str, instance_id: str | None) -> bool:
     """Make a started aiokafka ``consumer`` say why its group will not keep it.
 
-    Call it after the other coordinator hooks (``_join``, ``_cooperative``) and
+    Call it after the other coordinator hooks (``_join``, ``_cooperative_hooks``) and
     before ``subscribe()``. ``False`` (logged): the coordinator is not the one this
     fairstream knows, and nothing changed.
     """

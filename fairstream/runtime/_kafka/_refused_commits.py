@@ -16,7 +16,7 @@ recovers; keeping the member id is what avoids the orphan on any broker.
 :func:`keep_member_on_refused_commit` makes a refusal met while committing keep the
 member id: an eager member asks to rejoin (it revokes at the join anyway), a
 cooperative one does nothing (its heartbeat tells it whether the group rebalances,
-``_cooperative``'s docstring says why it must not ask). A member id the broker truly
+``_cooperative_hooks``'s docstring says why it must not ask). A member id the broker truly
 forgot is answered ``UNKNOWN_MEMBER_ID`` at the join, and aiokafka resets it then.
 
 aiokafka sends the commit under ``asyncio.shield``: when its caller gave up

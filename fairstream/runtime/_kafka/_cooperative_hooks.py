@@ -25,7 +25,7 @@ A cooperative member commits while the group rebalances, which eager members nev
 do. Kafka accepts such a commit until the new generation forms; noida answers it
 with ``ILLEGAL_GENERATION``, and aiokafka then resets the generation: every member
 would lose everything at every join. A refused commit resets nothing
-(:mod:`fairstream.runtime._refused_commits`, as Kafka's Java consumer does for a
+(:mod:`fairstream.runtime._kafka._refused_commits`, as Kafka's Java consumer does for a
 commit refused while the group rebalances): it is retried at the next commit, and
 the heartbeat, which goes on, says whether the group rebalances (the member rejoins
 with its member id) or fenced the member (aiokafka resets the generation: lost).

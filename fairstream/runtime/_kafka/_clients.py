@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -20,22 +20,23 @@ from aiokafka.errors import KafkaConnectionError, KafkaError, MessageSizeTooLarg
 
 from fairstream.config import ConsumerConfig, ProducerConfig, SecurityConfig
 from fairstream.errors import BrokerError, ConfigError, describe
-from fairstream.runtime._admin import BrokerAdmin, may_pass, stop_quietly
-from fairstream.runtime._assignors import PlanningAssignor, make_assignor
-from fairstream.runtime._cooperative import make_cooperative
 from fairstream.runtime._dead_letter import dead_letter_copies
-from fairstream.runtime._direct_records import build_records_directly
-from fairstream.runtime._drift import watch_drift
-from fairstream.runtime._join import offer_all_at_once, report_join
-from fairstream.runtime._member_data import Handover
-from fairstream.runtime._membership import watch_membership
-from fairstream.runtime._ports import AppSettings, ConsumerPort, ShadowReader
+from fairstream.runtime._kafka._admin import BrokerAdmin, may_pass, stop_quietly
+from fairstream.runtime._kafka._assignors import PlanningAssignor, make_assignor
+from fairstream.runtime._kafka._cooperative_hooks import make_cooperative
+from fairstream.runtime._kafka._direct_records import build_records_directly
+from fairstream.runtime._kafka._drift import watch_drift
+from fairstream.runtime._kafka._join import offer_all_at_once, report_join
+from fairstream.runtime._kafka._member_data import Handover
+from fairstream.runtime._kafka._membership import watch_membership
+from fairstream.runtime._kafka._pull_in_turn import pull_in_turn
+from fairstream.runtime._kafka._refused_commits import keep_member_on_refused_commit
+from fairstream.runtime._kafka._shadow_reader import AIOKafkaShadowReader, shadow_read_error
+from fairstream.runtime._kafka._static_leave import leave_when_stopped
+from fairstream.runtime._kafka._tls import tls_problem
+from fairstream.runtime._ports import AppSettings, ConsumerPort, InTurn, ShadowReader
 from fairstream.runtime._record import TP, Headers
-from fairstream.runtime._refused_commits import keep_member_on_refused_commit
-from fairstream.runtime._shadow_reader import AIOKafkaShadowReader, shadow_read_error
-from fairstream.runtime._static_leave import leave_when_stopped
 from fairstream.runtime._subscriber import Subscriber
-from fairstream.runtime._tls import tls_problem
 from fairstream.runtime._transactions import Transactions, handled_partition
 
 __all__ = ["AIOKafkaClients", "aiokafka_clients"]
@@ -356,6 +357,11 @@ class AIOKafkaClients:
             (tp.topic, tp.partition): None if c is None else (c.offset, c.metadata)
             for tp, c in found.items()
         }
+
+    def pull_in_turn(
+        self, allowance: Callable[[Any], int], *, linger: float, busy: Callable[[], bool]
+    ) -> InTurn | None:
+        return pull_in_turn(self._consumer, allowance, linger=linger, busy=busy)
 
     async def partition_counts(self, topics: Collection[str]) -> dict[str, int]:
         await self._admin.start()

@@ -10,7 +10,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from fairstream.errors import BrokerError, describe
-from fairstream.runtime._admin import may_pass
+from fairstream.runtime._kafka._admin import may_pass
 from fairstream.runtime._record import Record, as_records
 
 __all__ = ["AIOKafkaShadowReader", "shadow_read_error"]

@@ -21,8 +21,8 @@ from aiokafka import AIOKafkaConsumer
 from fairstream.assign import GroupSnapshot, member_lags, moved
 from fairstream.assign.lag import MIN_IMPROVEMENT
 from fairstream.assign.lag import plan as lag_plan
-from fairstream.runtime._assignors import PlanningAssignor, PlanRecord
-from fairstream.runtime._lag_listener import request_rebalance
+from fairstream.runtime._kafka._assignors import PlanningAssignor, PlanRecord
+from fairstream.runtime._kafka._lag_listener import request_rebalance
 
 __all__ = ["Drift", "check_drift", "plan_to_check", "watch_drift"]
 
