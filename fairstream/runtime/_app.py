@@ -25,11 +25,6 @@ from fairstream.config import (
     from_env,
 )
 from fairstream.errors import ConfigError, FairstreamError, HandlerAborted
-from fairstream.runtime._assignor_checks import (
-    Cooperative,
-    check_cooperative,
-    check_replan_interval,
-)
 from fairstream.runtime._engine import Ack, Engine
 from fairstream.runtime._exactly_once import (
     EXACTLY_ONCE_COMMIT_INTERVAL,
@@ -45,6 +40,11 @@ from fairstream.runtime._record import Headers, Record, publish_bytes
 from fairstream.runtime._registration import HandlerRegistry
 from fairstream.runtime._stats import AppStats, prometheus_text
 from fairstream.runtime._subscriber import Subscriber, parallel_rebalance_setting
+from fairstream.runtime.group._assignor_checks import (
+    Cooperative,
+    check_cooperative,
+    check_replan_interval,
+)
 
 __all__ = ["App", "Health"]
 

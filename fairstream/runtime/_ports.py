@@ -23,7 +23,7 @@ from fairstream.errors import MembershipError
 from fairstream.runtime._kafka._member_data import Handover
 from fairstream.runtime._record import TP, Headers, Record
 from fairstream.runtime._subscriber import Subscriber
-from fairstream.runtime._transactions import Transactions
+from fairstream.runtime.flow._transactions import Transactions
 
 __all__ = [
     "AppSettings",

@@ -38,10 +38,10 @@ from aiokafka.structs import ConsumerRecord
 
 from fairstream.assign import GroupSnapshot, plan
 from fairstream.errors import ConfigError
-from fairstream.runtime._dead_letter import dead_letter_headers
 from fairstream.runtime._ports import ConsumerPort, InTurn, KafkaClients
 from fairstream.runtime._record import Headers
 from fairstream.runtime._subscriber import Subscriber
+from fairstream.runtime.flow._dead_letter import dead_letter_headers
 
 if TYPE_CHECKING:
     from fairstream.runtime._app import App

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from fairstream import App, ParallelRebalance
 from fairstream.errors import ConfigError
 from fairstream.ranges import METADATA_LIMIT, OffsetRange, decode_shadow, encode_shadow
-from fairstream.runtime._offsets import OffsetTracker, clip_below
-from fairstream.runtime._scheduler import FairScheduler
-from fairstream.runtime._shadow import plan_catch_up
+from fairstream.runtime.flow._offsets import OffsetTracker, clip_below
+from fairstream.runtime.flow._scheduler import FairScheduler
+from fairstream.runtime.group._shadow import plan_catch_up
 
 TP = ("t", 0)
 

@@ -19,7 +19,7 @@ from fairstream import App
 from fairstream.errors import ConfigError
 from fairstream.runtime._kafka._assignors import make_assignor
 from fairstream.runtime._kafka._cooperative_hooks import make_cooperative, unsupported
-from fairstream.runtime._protocols import protocol_name, shared_protocol
+from fairstream.runtime.group._protocol_names import protocol_name, shared_protocol
 from tests.conftest import Broker
 
 

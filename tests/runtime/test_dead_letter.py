@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fairstream.runtime._dead_letter import dead_letter_copies, dead_letter_headers
 from fairstream.runtime._record import Record
+from fairstream.runtime.flow._dead_letter import dead_letter_copies, dead_letter_headers
 
 ERROR = ValueError("bad")
 

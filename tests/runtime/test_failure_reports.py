@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 
 from fairstream import DeadLetterPolicy, HandlerError, Record, RetryPolicy, SchedulerConfig
 from fairstream.logs import configure
-from fairstream.runtime._dead_letter import TRACEBACK_LIMIT, bounded_traceback
+from fairstream.runtime.flow._dead_letter import TRACEBACK_LIMIT, bounded_traceback
 from tests.backends import Backend
 
 RETRY_TWICE = RetryPolicy(attempts=3, backoff=0.01)

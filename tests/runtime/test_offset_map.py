@@ -26,7 +26,7 @@ from fairstream.ranges import (
     merge_ranges,
 )
 from fairstream.runtime._kafka._admin import BrokerAdmin
-from fairstream.runtime._offsets import OffsetTracker
+from fairstream.runtime.flow._offsets import OffsetTracker
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic, produce_keyed
 

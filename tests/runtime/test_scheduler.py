@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairstream.runtime._scheduler import FairScheduler
+from fairstream.runtime.flow._scheduler import FairScheduler
 
 TP = tuple[str, int]
 

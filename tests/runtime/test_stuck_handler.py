@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 from fairstream import App, ConfigError, Record, SchedulerConfig
 from fairstream.logs import RecordSlot
 from fairstream.runtime._http import serve_status
-from fairstream.runtime._stuck import REPEAT_FACTOR, StuckWatch
+from fairstream.runtime.flow._stuck import REPEAT_FACTOR, StuckWatch
 from fairstream.testing import free_port
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic, produce

@@ -26,7 +26,7 @@ from fairstream.runtime._kafka._member_data import (
     reported_owners,
     route_unsaved,
 )
-from fairstream.runtime._offsets import Unsaved
+from fairstream.runtime.flow._offsets import Unsaved
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic, produce
 from tests.runtime.live_traffic import wait_until

@@ -25,7 +25,7 @@ from assignors (:func:`fairstream.runtime._kafka._join.report_join` hands them o
 
 A member may offer several strategies, best first, to join a group of other
 clients' consumers: their protocol names are in
-:mod:`fairstream.runtime._protocols`, their aiokafka entries in
+:mod:`fairstream.runtime.group._protocol_names`, their aiokafka entries in
 :mod:`fairstream.runtime._kafka._strategy_offers`.
 """
 
@@ -55,7 +55,6 @@ from fairstream.assign import (
 from fairstream.assign.claims import NO_GENERATION
 from fairstream.config import SecurityConfig
 from fairstream.errors import BrokerError, ConfigError
-from fairstream.runtime import _assignor_checks as checks
 from fairstream.runtime._kafka._admin import AutoOffsetReset, BrokerAdmin
 from fairstream.runtime._kafka._cooperative_hooks import hold_back
 from fairstream.runtime._kafka._lag_listener import RefreshingListener
@@ -70,7 +69,8 @@ from fairstream.runtime._kafka._member_data import (
     route_unsaved,
 )
 from fairstream.runtime._kafka._strategy_offers import StrategyOffer
-from fairstream.runtime._protocols import protocol_name
+from fairstream.runtime.group import _assignor_checks as checks
+from fairstream.runtime.group._protocol_names import protocol_name
 
 __all__ = [
     "LagReading",

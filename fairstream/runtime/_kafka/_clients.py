@@ -20,7 +20,6 @@ from aiokafka.errors import KafkaConnectionError, KafkaError, MessageSizeTooLarg
 
 from fairstream.config import ConsumerConfig, ProducerConfig, SecurityConfig
 from fairstream.errors import BrokerError, ConfigError, describe
-from fairstream.runtime._dead_letter import dead_letter_copies
 from fairstream.runtime._kafka._admin import BrokerAdmin, may_pass, stop_quietly
 from fairstream.runtime._kafka._assignors import PlanningAssignor, make_assignor
 from fairstream.runtime._kafka._cooperative_hooks import make_cooperative
@@ -37,7 +36,8 @@ from fairstream.runtime._kafka._tls import tls_problem
 from fairstream.runtime._ports import AppSettings, ConsumerPort, InTurn, ShadowReader
 from fairstream.runtime._record import TP, Headers
 from fairstream.runtime._subscriber import Subscriber
-from fairstream.runtime._transactions import Transactions, handled_partition
+from fairstream.runtime.flow._dead_letter import dead_letter_copies
+from fairstream.runtime.flow._transactions import Transactions, handled_partition
 
 __all__ = ["AIOKafkaClients", "aiokafka_clients"]
 

@@ -35,8 +35,8 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
 from fairstream.assign import Assignment, resolve_owned
 from fairstream.assign.claims import NO_GENERATION, Claim
-from fairstream.runtime._offsets import Unsaved
 from fairstream.runtime._record import TP
+from fairstream.runtime.flow._offsets import Unsaved
 
 __all__ = [
     "Handover",

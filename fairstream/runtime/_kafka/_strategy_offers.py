@@ -21,7 +21,7 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 
-from fairstream.runtime._protocols import protocol_name
+from fairstream.runtime.group._protocol_names import protocol_name
 
 __all__ = ["Planner", "StrategyOffer"]
 

@@ -28,7 +28,6 @@ from fairstream.errors import HandlerAborted, HandlerError
 from fairstream.logs import RecordSlot, current_record
 from fairstream.ranges import OffsetRange
 from fairstream.runtime._decode import DecodeError, passthrough
-from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._record import TP, Record, with_value
 from fairstream.runtime._retry import (
     call_with_retry,
@@ -36,9 +35,10 @@ from fairstream.runtime._retry import (
     stray_cancellation,
     warn_while_slow,
 )
-from fairstream.runtime._scheduler import Dispatch, Slice
 from fairstream.runtime._stats import StatsRecorder
 from fairstream.runtime._subscriber import Subscriber
+from fairstream.runtime.flow._offsets import OffsetTracker
+from fairstream.runtime.flow._scheduler import Dispatch, Slice
 
 __all__ = ["DeadLetterSink", "DispatchRunner"]
 
@@ -69,7 +69,7 @@ class DispatchRunner:
         self._manual_ack = manual_ack
         self.in_hand: set[RecordSlot] = set()
         """The slot of each slice, keyed run and batch in hand: added and dropped once
-        per run, never per record; :mod:`~fairstream.runtime._stuck` reads them."""
+        per run, never per record; :mod:`~fairstream.runtime.flow._stuck` reads them."""
         self.halted = False
         """Set on shutdown: records not started yet stay unhandled (and uncommitted)."""
 

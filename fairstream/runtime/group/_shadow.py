@@ -42,10 +42,10 @@ import structlog
 from fairstream.config import ParallelRebalance, ShadowHandoff
 from fairstream.errors import BrokerError, FairstreamError, HandoffFailed, describe
 from fairstream.ranges import OffsetRange, decode_shadow, encode_shadow, merge_ranges
-from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._ports import ShadowClients, ShadowReader
 from fairstream.runtime._record import TP, record_bytes
-from fairstream.runtime._scheduler import FairScheduler
+from fairstream.runtime.flow._offsets import OffsetTracker
+from fairstream.runtime.flow._scheduler import FairScheduler
 
 __all__ = ["CatchUp", "ShadowTasks", "plan_catch_up"]
 

@@ -25,11 +25,11 @@ import anyio
 import anyio.abc
 
 from fairstream.errors import FairstreamError
-from fairstream.runtime._handling import DispatchRunner
-from fairstream.runtime._keyed import InFlight, KeyedLane
 from fairstream.runtime._record import TP, Record
-from fairstream.runtime._scheduler import Dispatch, FairScheduler
 from fairstream.runtime._subscriber import Subscriber
+from fairstream.runtime.flow._handling import DispatchRunner
+from fairstream.runtime.flow._keyed import InFlight, KeyedLane
+from fairstream.runtime.flow._scheduler import Dispatch, FairScheduler
 
 __all__ = ["InFlight", "Workers"]
 

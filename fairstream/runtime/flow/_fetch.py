@@ -45,9 +45,9 @@ from fairstream.config import SchedulerConfig
 from fairstream.errors import BrokerError, FairstreamError, describe
 from fairstream.runtime._ports import InTurn, KafkaClients, MembershipRefused, consumer_broken
 from fairstream.runtime._record import TP, Record, as_records, record_bytes
-from fairstream.runtime._scheduler import Dispatch, FairScheduler, PartitionQueue
+from fairstream.runtime.flow._scheduler import Dispatch, FairScheduler, PartitionQueue
 
-__all__ = ["Fetcher"]
+__all__ = ["FetchRoom"]
 
 log = structlog.get_logger(__name__)
 
@@ -71,7 +71,7 @@ def _rebuild_backoff(attempt: int) -> float:
     return 0.0 if attempt == 1 else 0.5 * 2 ** (attempt - 2)
 
 
-class Fetcher:
+class FetchRoom:
     """Fills the scheduler's live queues from the group consumer, within the buffer bounds.
 
     ``wake`` tells idle workers there is work; ``fail`` stops the app with an error;

@@ -23,13 +23,13 @@ from aiokafka.structs import OffsetAndMetadata
 from fairstream.config import OffsetReset
 from fairstream.errors import FairstreamError, describe
 from fairstream.ranges import to_commit
-from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._ports import KafkaClients, ShadowClients
-from fairstream.runtime._protocols import shared_protocol
 from fairstream.runtime._record import TP
-from fairstream.runtime._shadow import CatchUp, ShadowTasks, plan_catch_up
 from fairstream.runtime._stats import StatsRecorder
 from fairstream.runtime._subscriber import Subscriber
+from fairstream.runtime.flow._offsets import OffsetTracker
+from fairstream.runtime.group._protocol_names import shared_protocol
+from fairstream.runtime.group._shadow import CatchUp, ShadowTasks, plan_catch_up
 
 __all__ = ["Jumps"]
 

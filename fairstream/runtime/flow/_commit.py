@@ -21,11 +21,11 @@ from aiokafka.structs import OffsetAndMetadata
 
 from fairstream.errors import FairstreamError, describe
 from fairstream.ranges import to_commit
-from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._ports import KafkaClients, ShadowClients
 from fairstream.runtime._record import TP
 from fairstream.runtime._stats import StatsRecorder
-from fairstream.runtime._transactions import Transactions
+from fairstream.runtime.flow._offsets import OffsetTracker
+from fairstream.runtime.flow._transactions import Transactions
 
 __all__ = ["Committer"]
 

@@ -22,17 +22,17 @@ from fairstream.config import OffsetReset
 from fairstream.errors import FairstreamError, describe
 from fairstream.ranges import decode_shadow, to_commit
 from fairstream.runtime._hooks import Hooks
-from fairstream.runtime._jumps import Jumps
-from fairstream.runtime._offsets import OffsetTracker, Unsaved
 from fairstream.runtime._ports import KafkaClients, ShadowClients
 from fairstream.runtime._record import TP, Record
 from fairstream.runtime._retry import retry_broker
-from fairstream.runtime._scheduler import FairScheduler
-from fairstream.runtime._shadow import CatchUp, ShadowTasks
 from fairstream.runtime._stats import StatsRecorder
 from fairstream.runtime._subscriber import Subscriber
-from fairstream.runtime._transactions import Transactions
-from fairstream.runtime._workers import InFlight
+from fairstream.runtime.flow._offsets import OffsetTracker, Unsaved
+from fairstream.runtime.flow._scheduler import FairScheduler
+from fairstream.runtime.flow._transactions import Transactions
+from fairstream.runtime.flow._workers import InFlight
+from fairstream.runtime.group._jumps import Jumps
+from fairstream.runtime.group._shadow import CatchUp, ShadowTasks
 
 __all__ = ["Ack", "Rebalancer"]
 

@@ -34,10 +34,10 @@ import anyio
 import anyio.abc
 
 from fairstream.errors import FairstreamError
-from fairstream.runtime._handling import DispatchRunner
 from fairstream.runtime._record import TP, Record
-from fairstream.runtime._scheduler import Dispatch
 from fairstream.runtime._subscriber import Subscriber
+from fairstream.runtime.flow._handling import DispatchRunner
+from fairstream.runtime.flow._scheduler import Dispatch
 
 __all__ = ["InFlight", "KeyedLane"]
 
