@@ -10,8 +10,8 @@ import anyio
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from fairstream._cli_replan import replan
 from fairstream.assign import member_lags, plan
+from fairstream.assign.replan import replan
 from fairstream.cli import main
 from fairstream.runtime._kafka._admin import BrokerAdmin
 from fairstream.runtime._kafka._assignors import PlanningAssignor

@@ -7,7 +7,8 @@ plans ``lag`` again with the current assignment as the previous one, and asks th
 group to rebalance only when that plan moves something - which the planner does
 only when it lowers the busiest member's lag by more than ``min_improvement`` (so
 lag noise never triggers one). Each check logs ``lag_replan_checked`` with both
-figures and the decision.
+figures and the decision. The rule is :func:`fairstream.assign.replan.lag_replan`,
+which ``fairstream plan --group`` shows too.
 """
 
 from __future__ import annotations
@@ -18,18 +19,15 @@ import anyio
 import structlog
 from aiokafka import AIOKafkaConsumer
 
-from fairstream.assign import GroupSnapshot, member_lags, moved
+from fairstream.assign import GroupSnapshot
 from fairstream.assign.lag import MIN_IMPROVEMENT
-from fairstream.assign.lag import plan as lag_plan
+from fairstream.assign.replan import Replan, lag_replan
 from fairstream.runtime._kafka._assignors import PlanningAssignor, PlanRecord
 from fairstream.runtime._kafka._lag_listener import request_rebalance
 
-__all__ = ["Drift", "check_drift", "plan_to_check", "watch_drift"]
+__all__ = ["check_drift", "plan_to_check", "watch_drift"]
 
 log = structlog.get_logger(__name__)
-
-Drift = tuple[int, int, int]
-"""(busiest member's lag now, under the new plan, partitions the new plan moves)."""
 
 
 def check_drift(
@@ -37,8 +35,9 @@ def check_drift(
     lag: Mapping[str, tuple[int, ...]],
     *,
     min_improvement: float = MIN_IMPROVEMENT,
-) -> Drift:
-    """Compare the current assignment with a fresh lag plan on the same group (pure).
+) -> Replan:
+    """The re-plan of the current assignment on the lag read now (pure): it asks for a
+    rebalance if and only if it moves something.
 
     Topics whose lag was not read count as zero, as at the join.
     """
@@ -48,11 +47,7 @@ def check_drift(
         partitions=known,
         lag={t: lag[t] for t, count in known.items() if len(lag.get(t, ())) == count},
     )
-    current = record.assignment
-    planned = lag_plan(snapshot, current, min_improvement=min_improvement)
-    now = max(member_lags(snapshot, current).values(), default=0)
-    best = max(member_lags(snapshot, planned).values(), default=0)
-    return now, best, moved(current, planned)
+    return lag_replan(snapshot, record.assignment, min_improvement=min_improvement)
 
 
 def plan_to_check(assignor: PlanningAssignor, asked_for: PlanRecord | None) -> PlanRecord | None:
@@ -86,15 +81,15 @@ async def watch_drift(assignor: PlanningAssignor, consumer: Callable[[], AIOKafk
         lag = await assignor.refresh_lag(record.snapshot.partitions)
         if lag is None:
             continue
-        now, best, moves = check_drift(record, lag)
-        decision = "rebalance" if moves else "keep"
+        change = check_drift(record, lag)
+        decision = "rebalance" if change.moves else "keep"
         log.info(
             "lag_replan_checked",
-            busiest_lag=now,
-            planned_busiest_lag=best,
-            moves=moves,
+            busiest_lag=change.busiest_now,
+            planned_busiest_lag=change.busiest_after,
+            moves=len(change.moves),
             min_improvement=MIN_IMPROVEMENT,
             decision=decision,
         )
-        if moves and request_rebalance(consumer()):
+        if change.moves and request_rebalance(consumer()):
             asked_for = record

@@ -12,8 +12,8 @@ import argparse
 
 from rich.console import Console
 
-from fairstream._cli_backfill import key_values
-from fairstream._cli_kafka import add_bootstrap, require_extra
+from fairstream.cli._backfill import key_values
+from fairstream.cli._kafka import add_bootstrap, require_extra
 from fairstream.errors import ConfigError
 
 __all__ = ["add_stream"]

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from fairstream._cli_kafka import add_bootstrap, check_bootstrap
+from fairstream.cli._kafka import add_bootstrap, check_bootstrap
 from fairstream.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -309,9 +309,10 @@ def _read_input(source: str) -> str:
 def _run_whatif(args: argparse.Namespace) -> int:
     import anyio
 
-    from fairstream._cli_replan import move_rows, replan, verdict
     from fairstream.assign import STRATEGIES, member_lags, stats
     from fairstream.assign.lag import MIN_IMPROVEMENT
+    from fairstream.assign.replan import lag_replan, replan
+    from fairstream.cli._replan import move_rows, verdict
 
     if not args.bootstrap:
         raise ConfigError(
@@ -343,13 +344,13 @@ def _run_whatif(args: argparse.Namespace) -> int:
     }
     figures = {name: stats(snapshot, result, current) for name, result in plans.items()}
     replans = {name: replan(snapshot, current, plans[name]) for name in planners}
+    margin = MIN_IMPROVEMENT if args.min_improvement is None else args.min_improvement
     # The drift watch's rule, whichever strategies are shown: lag re-plans iff it moves.
     lag = (
         replans["lag"]
         if "lag" in replans
-        else replan(snapshot, current, _planner("lag", args)(snapshot, current))
+        else lag_replan(snapshot, current, min_improvement=margin)
     )
-    margin = MIN_IMPROVEMENT if args.min_improvement is None else args.min_improvement
     if args.format == "json":
         document = {
             "group": args.group,

@@ -1,10 +1,12 @@
 """The ``fairstream`` command: parse arguments, call the library, print.
 
+``fairstream.cli:main`` is the console script and ``python -m fairstream`` runs it;
+nothing in the library imports this package, and it uses public names only.
 Each subcommand has an ``_add_<name>`` that declares its options and a
 ``_run_<name>`` that does the work: ``asyncapi``, ``broker`` and ``run`` here, ``lag``
-and ``plan`` in :mod:`fairstream._cli_groups`, ``topic`` and ``produce`` in
-:mod:`fairstream._cli_kafka`, ``backfill`` in :mod:`fairstream._cli_backfill`,
-``stream`` in :mod:`fairstream._cli_stream`. A :class:`FairstreamError` becomes one
+and ``plan`` in :mod:`fairstream.cli._groups`, ``topic`` and ``produce`` in
+:mod:`fairstream.cli._kafka`, ``backfill`` in :mod:`fairstream.cli._backfill`,
+``stream`` in :mod:`fairstream.cli._stream`. A :class:`FairstreamError` becomes one
 line on stderr and exit status 2; anything else keeps its traceback, because it is a bug.
 """
 
@@ -22,16 +24,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from fairstream._cli_backfill import add_backfill
-from fairstream._cli_groups import add_lag, add_plan
-from fairstream._cli_kafka import (
+from fairstream.cli._backfill import add_backfill
+from fairstream.cli._groups import add_lag, add_plan
+from fairstream.cli._kafka import (
     add_bootstrap,
     add_produce,
     add_topic,
     check_bootstrap,
     require_extra,
 )
-from fairstream._cli_stream import add_stream
+from fairstream.cli._stream import add_stream
 from fairstream.config import from_env
 from fairstream.errors import ConfigError, FairstreamError
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fairstream._cli_kafka import add_bootstrap, require_extra
+from fairstream.cli._kafka import add_bootstrap, require_extra
 from fairstream.errors import ConfigError
 
 __all__ = ["add_backfill", "key_values"]
