@@ -65,7 +65,7 @@ only delays the moved partitions, which nobody reads until the next round either
 
 It is private API, so it is guarded: if the coordinator is not the shape this
 module knows, an App with ``cooperative=True`` refuses to start (a ``ConfigError``)
-rather than fall back to eager in silence; ``tests/runtime/test_cooperative.py``
+rather than fall back to eager in silence; ``tests/runtime/kafka/test_cooperative.py``
 fails loudly when an aiokafka upgrade changes what it relies on.
 """
 

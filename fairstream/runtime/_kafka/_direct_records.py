@@ -12,7 +12,7 @@ pause and seek.
 
 It is private API, so it is guarded. The fetcher must look as expected (else
 nothing changes and :func:`as_records` copies aiokafka's records as before), a
-buffer with deserializers is left alone, and ``tests/runtime/test_direct_records.py``
+buffer with deserializers is left alone, and ``tests/runtime/kafka/test_direct_records.py``
 checks, against a real broker and the pinned aiokafka, that it is in use and
 yields the same records as aiokafka's own path.
 """

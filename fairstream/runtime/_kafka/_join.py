@@ -8,7 +8,7 @@ aiokafka 0.14 builds the JoinGroup protocol list inside its loop over
 then all three, and keeps only the last answer. The shorter offers are refused by a
 group that runs ``roundrobin`` (that loop ignores the error) or, where accepted,
 each starts one more rebalance of the whole group: a lone member joining an empty
-group reaches generation 3 instead of 1 (``tests/runtime/test_join.py``).
+group reaches generation 3 instead of 1 (``tests/runtime/kafka/test_join.py``).
 
 :func:`offer_all_at_once` wraps the group coordinator's request sender so that only
 the JoinGroup carrying every protocol goes out; a shorter one is answered on the
@@ -25,8 +25,8 @@ claims), and ``range``/``roundrobin`` order static members by instance id.
 
 It is private API, so it is guarded: a coordinator, request or answer that does not
 look as expected leaves the consumer untouched (a ``join_offer_unpatched`` or
-``join_answer_unread`` event), and ``tests/runtime/test_join.py`` and
-``tests/runtime/test_join_answer.py`` fail loudly when aiokafka changes.
+``join_answer_unread`` event), and ``tests/runtime/kafka/test_join.py`` and
+``tests/runtime/kafka/test_join_answer.py`` fail loudly when aiokafka changes.
 """
 
 from __future__ import annotations

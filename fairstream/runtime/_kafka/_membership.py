@@ -32,7 +32,7 @@ the app with the carried error.
 
 It is private API, so it is guarded: a coordinator that does not look as expected
 is left as it is (a ``membership_watch_unavailable`` warning), and
-``tests/runtime/test_membership.py`` fails loudly when aiokafka changes.
+``tests/runtime/kafka/test_membership.py`` fails loudly when aiokafka changes.
 """
 
 from __future__ import annotations

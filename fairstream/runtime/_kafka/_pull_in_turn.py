@@ -32,7 +32,7 @@ at once.
 
 It is private API, so it is guarded: the fetcher must use the names this copy of its
 loop uses, else nothing changes and the fetch room pulls small, as before.
-``tests/runtime/test_pull_in_turn.py`` checks, against real brokers and the pinned
+``tests/runtime/kafka/test_pull_in_turn.py`` checks, against real brokers and the pinned
 aiokafka, that it is in use and what a pull takes.
 """
 

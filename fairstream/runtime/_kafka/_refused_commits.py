@@ -27,7 +27,7 @@ timeout (``commit_failed``); the task's outcome is read here, and an error that
 came after the caller gave up is one ``commit_answered_late`` event.
 
 It is private API, so it is guarded: a coordinator without these methods is left as
-it is (a ``refused_commit_unpatched`` event); ``tests/runtime/test_refused_commits.py``
+it is (a ``refused_commit_unpatched`` event); ``tests/runtime/kafka/test_refused_commits.py``
 fails loudly when aiokafka changes.
 """
 
