@@ -1,7 +1,12 @@
 """The consumer engine on aiokafka and anyio.
 
-Modules are private (``_app``, ``_engine``, ``_scheduler``, ...); the public names
-are re-exported by ``fairstream``, which imports this package on first use of one.
+Modules are private; the public names are re-exported by ``fairstream``, which
+imports this package on first use of one. The face (``_app``, ``_registration``,
+decoding, middleware, loader, status endpoint), the ports (``_ports``) and the engine
+(``_engine``) sit here; ``flow/`` holds the record's walk (fetch, scheduler, workers,
+handling, offsets, commit), ``group/`` partitions arriving and leaving (rebalance,
+KIP-333 jumps and shadows), and ``_kafka/`` everything that touches aiokafka's
+internals (docs/development/architecture.md).
 May import ``fairstream.assign``, ``config``, ``errors``, ``ranges``; never ``cli``,
 ``spark`` or ``testing``.
 """
