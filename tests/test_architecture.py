@@ -6,6 +6,7 @@ import ast
 import importlib
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import aiokafka
@@ -147,26 +148,33 @@ ENGINE_AND_FACE = {f"{RUNTIME}._engine", f"{RUNTIME}._app", f"{RUNTIME}._registr
 FLOOR = {f"{RUNTIME}._record", f"{RUNTIME}.flow._scheduler", f"{RUNTIME}.flow._offsets"}
 
 
-@pytest.mark.parametrize(
-    "module", [m for m in _runtime() if not _in(m, KAFKA) and m not in KAFKA_USERS]
-)
-def test_only_the_face_and_the_ports_import_the_kafka_folder(module: str) -> None:
-    offenders = {name for name in _ours(MODULES[module]) if _in(name, KAFKA)}
-    assert not offenders, f"{module} imports {sorted(offenders)}: use the ports"
+def _offenders(modules: list[str], forbidden: Callable[[str], bool]) -> list[str]:
+    """``module imports name`` for each fairstream module ``name`` of ``modules`` that
+    ``forbidden`` says it may not import."""
+    return [
+        f"{module} imports {name}"
+        for module in modules
+        for name in sorted(_ours(MODULES[module]))
+        if forbidden(name)
+    ]
 
 
-@pytest.mark.parametrize("module", [m for m in _runtime() if _in(m, *ROOM_FOLDERS)])
-def test_rooms_import_neither_the_engine_nor_the_face(module: str) -> None:
+def test_only_the_face_and_the_ports_import_the_kafka_folder() -> None:
+    others = [m for m in _runtime() if not _in(m, KAFKA) and m not in KAFKA_USERS]
+    assert not _offenders(others, lambda name: _in(name, KAFKA)), "use the ports"
+
+
+def test_rooms_import_neither_the_engine_nor_the_face() -> None:
     """The engine hands each room the callbacks it needs, so rooms stay apart."""
-    assert not _ours(MODULES[module]) & ENGINE_AND_FACE
+    rooms = [m for m in _runtime() if _in(m, *ROOM_FOLDERS)]
+    assert not _offenders(rooms, ENGINE_AND_FACE.__contains__)
 
 
-@pytest.mark.parametrize("module", _runtime(f"{RUNTIME}.flow"))
-def test_the_walk_does_not_know_the_group(module: str) -> None:
+def test_the_walk_does_not_know_the_group() -> None:
     """A record's walk is the same whoever owns its partition next: ``group/`` calls
     into ``flow/`` (to drain, to commit), never the other way."""
-    offenders = {name for name in _ours(MODULES[module]) if _in(name, f"{RUNTIME}.group")}
-    assert not offenders, f"{module} imports {sorted(offenders)}"
+    walk = _runtime(f"{RUNTIME}.flow")
+    assert not _offenders(walk, lambda name: _in(name, f"{RUNTIME}.group"))
 
 
 @pytest.mark.parametrize("module", sorted(FLOOR))
@@ -293,11 +301,14 @@ def test_the_detector_leaves_public_aiokafka_and_own_state_alone() -> None:
     assert not aiokafka_internals(source)
 
 
-@pytest.mark.parametrize("module", [m for m in sorted(MODULES) if not _in(m, KAFKA)])
-def test_aiokafka_internals_stay_in_the_kafka_folder(module: str) -> None:
+def test_aiokafka_internals_stay_in_the_kafka_folder() -> None:
     """An aiokafka upgrade audits ``runtime/_kafka`` alone (docs/development/aiokafka-hooks.md)."""
-    found = aiokafka_internals(MODULES[module].read_text())
-    assert not found, f"{module} uses aiokafka internals {sorted(found)}: move it to runtime/_kafka"
+    found = {
+        module: sorted(used)
+        for module, path in sorted(MODULES.items())
+        if not _in(module, KAFKA) and (used := aiokafka_internals(path.read_text()))
+    }
+    assert not found, f"aiokafka internals outside runtime/_kafka: {found}"
 
 
 KNOWN_CIRCLES = {
