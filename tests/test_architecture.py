@@ -373,6 +373,20 @@ def test_nothing_imports_the_cli() -> None:
     assert not offenders
 
 
+def test_only_the_cli_tests_import_the_clis_own_modules() -> None:
+    """What the runtime and the planner share lives in the library (``assign.replan``):
+    a test of theirs that needed a CLI module would mean the rule lives in the CLI."""
+    tests = Path(__file__).parent
+    offenders = [
+        f"{path.relative_to(tests)} imports {name}"
+        for path in sorted(tests.rglob("*.py"))
+        if path.relative_to(tests).parts[0] != "cli"
+        for name in sorted(_imports(path))
+        if name.startswith(f"{CLI}._")
+    ]
+    assert not offenders
+
+
 @pytest.mark.parametrize("module", CLI_MODULES)
 def test_the_cli_uses_public_names_only(module: str) -> None:
     """What the CLI needs is public API: users can build the same tools."""
