@@ -19,8 +19,8 @@ import pytest
 import structlog
 
 from fairstream.testing import ENGINES, EmbeddedBroker, EngineInfo
-from tests.backends import Backend, KafkaBackend, MemoryBackend
-from tests.kafka_helpers import create_topic
+from tests.support.backends import Backend, KafkaBackend, MemoryBackend
+from tests.support.kafka_helpers import create_topic
 
 # Hypothesis fails an example that runs past 200 ms by default: a timing bound that a
 # loaded machine breaks (a Spark planning property failed so in a busy run). Speed is

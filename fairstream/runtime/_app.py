@@ -25,12 +25,6 @@ from fairstream.config import (
     from_env,
 )
 from fairstream.errors import ConfigError, FairstreamError, HandlerAborted
-from fairstream.runtime._assignor_checks import (
-    Cooperative,
-    check_cooperative,
-    check_replan_interval,
-)
-from fairstream.runtime._clients import aiokafka_clients
 from fairstream.runtime._engine import Ack, Engine
 from fairstream.runtime._exactly_once import (
     EXACTLY_ONCE_COMMIT_INTERVAL,
@@ -39,12 +33,18 @@ from fairstream.runtime._exactly_once import (
     check_subscribers,
 )
 from fairstream.runtime._hooks import HookRegistry, Hooks
+from fairstream.runtime._kafka._clients import aiokafka_clients
 from fairstream.runtime._middleware import Middleware, bind_app, check_middlewares, publish_hooks
 from fairstream.runtime._ports import KafkaClients
 from fairstream.runtime._record import Headers, Record, publish_bytes
 from fairstream.runtime._registration import HandlerRegistry
 from fairstream.runtime._stats import AppStats, prometheus_text
 from fairstream.runtime._subscriber import Subscriber, parallel_rebalance_setting
+from fairstream.runtime.group._assignor_checks import (
+    Cooperative,
+    check_cooperative,
+    check_replan_interval,
+)
 
 __all__ = ["App", "Health"]
 

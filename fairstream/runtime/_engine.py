@@ -1,14 +1,15 @@
 """The consumer engine: one group member's rooms, their task group and its lifecycle.
 
-One record walks the rooms once: the fetcher (``_fetch``) pulls it into its
-partition's queue, the fair scheduler (``_scheduler``) puts it in a dispatch, a
-worker (``_workers``) takes the dispatch to the handler (``_handling``), which moves
-the partition's watermark (``_offsets``), and the engine's commit loop has the
-committer (``_commit``) commit it.
-The rebalancer (``_rebalance``) adds and removes partitions, and starts the KIP-333
-shadows (``_shadow``), which feed replayed records to the same scheduler.
+One record walks the rooms of ``flow/`` once: the fetch room (``_fetch``) pulls it
+into its partition's queue, the fair scheduler (``_scheduler``) puts it in a
+dispatch, a worker (``_workers``) takes the dispatch to the handler (``_handling``),
+which moves the partition's watermark (``_offsets``), and the engine's commit loop
+has the committer (``_commit``) commit it.
+The rooms of ``group/`` follow partitions arriving and leaving: the rebalancer
+(``_rebalance``) adds and removes partitions, and starts the KIP-333 shadows
+(``_shadow``), which feed replayed records to the same scheduler.
 
-The engine owns the task group (fetcher, workers, commit loop, shadows), start,
+The engine owns the task group (fetch room, workers, commit loop, shadows), start,
 drain and stop, and when to commit. Each room gets only the callbacks it needs, so no
 two rooms import each other.
 """
@@ -25,11 +26,7 @@ from aiokafka import TopicPartition
 from fairstream.assign import partition_lag
 from fairstream.config import OffsetReset, SchedulerConfig
 from fairstream.errors import FairstreamError
-from fairstream.runtime._commit import Committer
-from fairstream.runtime._fetch import Fetcher
-from fairstream.runtime._handling import DispatchRunner
 from fairstream.runtime._hooks import Hooks
-from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._ports import (
     DriftWatcher,
     KafkaClients,
@@ -37,14 +34,18 @@ from fairstream.runtime._ports import (
     TransactionalClients,
 )
 from fairstream.runtime._reachability import BrokerWatch
-from fairstream.runtime._rebalance import Ack, Rebalancer
 from fairstream.runtime._record import TP, Record
-from fairstream.runtime._scheduler import FairScheduler
-from fairstream.runtime._shadow import ShadowTasks
 from fairstream.runtime._stats import AppStats, StatsRecorder
-from fairstream.runtime._stuck import StuckWatch
 from fairstream.runtime._subscriber import Subscriber
-from fairstream.runtime._workers import Workers
+from fairstream.runtime.flow._commit import Committer
+from fairstream.runtime.flow._fetch import FetchRoom
+from fairstream.runtime.flow._handling import DispatchRunner
+from fairstream.runtime.flow._offsets import OffsetTracker
+from fairstream.runtime.flow._scheduler import FairScheduler
+from fairstream.runtime.flow._stuck import StuckWatch
+from fairstream.runtime.flow._workers import Workers
+from fairstream.runtime.group._rebalance import Ack, Rebalancer
+from fairstream.runtime.group._shadow import ShadowTasks
 
 __all__ = ["Ack", "Engine"]
 
@@ -97,7 +98,7 @@ class Engine:
                 group_id=group_id,
                 reason="the Kafka clients cannot read commit metadata or run a shadow",
             )
-        self._fetcher = Fetcher(
+        self._fetch = FetchRoom(
             clients=clients,
             scheduler=self._scheduler,
             config=scheduler,
@@ -124,7 +125,7 @@ class Engine:
             scheduler=self._scheduler,
             runner=runner,
             subscribers=list(subscribers),
-            taken=self._fetcher.taken,
+            taken=self._fetch.taken,
             replayed=self._shadows.notify if self._shadows is not None else lambda: None,
             fail=self._fail,
             room=2 * scheduler.partition_quota,
@@ -142,7 +143,7 @@ class Engine:
             revoke_timeout=scheduler.revoke_timeout,
             commit=self.commit,
             running_on=self._workers.running_on,
-            assigned=self._fetcher.assigned,
+            assigned=self._fetch.assigned,
             fail=self._fail,
             listeners=self._listeners,
             transactions=transactions,
@@ -171,7 +172,7 @@ class Engine:
             log.warning("shutdown_forced", in_flight=self._workers.in_flight)
         if self._stop_by is None:
             self._stop_by = anyio.current_time() + self._config.shutdown_timeout
-        self._fetcher.stop()
+        self._fetch.stop()
         self._workers.stop(cancel=now)
         self._stop.set()
 
@@ -196,7 +197,7 @@ class Engine:
         """
         try:
             async with anyio.create_task_group() as tasks:
-                tasks.start_soon(self._fetcher.run)
+                tasks.start_soon(self._fetch.run)
                 tasks.start_soon(self._commit_loop)
                 tasks.start_soon(self._watch.run)
                 tasks.start_soon(self._stuck.run)
@@ -225,10 +226,10 @@ class Engine:
 
     def pause(self, tp: TP) -> None:
         """Fetch nothing more of ``tp`` until :meth:`resume`; it stays assigned."""
-        self._fetcher.pause(tp)
+        self._fetch.pause(tp)
 
     def resume(self, tp: TP) -> None:
-        self._fetcher.resume(tp)
+        self._fetch.resume(tp)
 
     def oldest_in_flight(self) -> float:
         """Seconds the oldest record in hand has been there (0.0: none is)."""
@@ -336,7 +337,7 @@ class Engine:
             commits=recorder.commits,
             commit_failures=recorder.commit_failures,
             rebalances=recorder.rebalances,
-            consumer_rebuilds=self._fetcher.rebuilt,
+            consumer_rebuilds=self._fetch.rebuilt,
             handler_latency=recorder.handler_latency(),
             oldest_in_flight_seconds=self.oldest_in_flight(),
         )

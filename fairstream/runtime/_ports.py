@@ -11,7 +11,7 @@ optional Protocol: clients without it (the in-memory kit, for now) consume plain
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -19,16 +19,19 @@ from aiokafka import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 
 from fairstream.config import ConsumerConfig, ProducerConfig, SecurityConfig
-from fairstream.runtime._member_data import Handover
+from fairstream.errors import MembershipError
+from fairstream.runtime._kafka._member_data import Handover
 from fairstream.runtime._record import TP, Headers, Record
 from fairstream.runtime._subscriber import Subscriber
-from fairstream.runtime._transactions import Transactions
+from fairstream.runtime.flow._transactions import Transactions
 
 __all__ = [
     "AppSettings",
     "ConsumerPort",
     "DriftWatcher",
+    "InTurn",
     "KafkaClients",
+    "MembershipRefused",
     "ShadowClients",
     "ShadowReader",
     "TransactionalClients",
@@ -69,6 +72,20 @@ class ConsumerPort(Protocol):
     def highwater(self, partition: Any) -> int | None: ...
 
 
+class InTurn(Protocol):
+    """A consumer whose pulls give each partition its allowance, in turn (aiokafka's
+    own consumer, hooked in ``_kafka._pull_in_turn``)."""
+
+    @property
+    def holding(self) -> bool:
+        """A pull left a trickle's buffer to wait (due at the latest ``linger`` on)."""
+        ...
+
+    def wake(self) -> None:
+        """An allowance grew, or the handlers ran out of work: a waiting pull drains now."""
+        ...
+
+
 class KafkaClients(Protocol):
     """What the engine needs from a Kafka connection."""
 
@@ -89,6 +106,17 @@ class KafkaClients(Protocol):
         revokes its partitions first. The new one rejoins the group (same instance id).
 
         :raises BrokerError: the new consumer could not start.
+        """
+        ...
+
+    def pull_in_turn(
+        self, allowance: Callable[[Any], int], *, linger: float, busy: Callable[[], bool]
+    ) -> InTurn | None:
+        """Make the current consumer's ``getmany()`` take at most ``allowance(tp)`` per
+        partition, in turn, a trickle's buffer waiting up to ``linger`` seconds while
+        ``busy()``; ``None``: this consumer cannot (pulls stay small to stay fair).
+
+        Per consumer: ask again after :meth:`restart_consumer`.
         """
         ...
 
@@ -180,6 +208,15 @@ class TransactionalClients(Protocol):
     under at-least-once."""
 
     transactions: Transactions | None
+
+
+class MembershipRefused(KafkaError):  # type: ignore[misc]  # aiokafka is untyped
+    """What ``getmany`` raises in place of aiokafka's error: the group will not keep us
+    (``_kafka._membership`` raises it; the fetch room stops the app with ``error``)."""
+
+    def __init__(self, error: MembershipError) -> None:
+        super().__init__(error)  # copy.copy (aiokafka copies it) rebuilds from args
+        self.error = error
 
 
 def consumer_broken(exc: KafkaError) -> bool:

@@ -3,16 +3,27 @@
 An optional extra (``pip install 'fairstream[spark]'``: pyspark, pyarrow,
 confluent-kafka). Layout and import rules:
 
-- ``planning`` is pure (ranges, chunks, placement, commits) and imports only
-  ``fairstream.assign``, ``fairstream.ranges`` and ``fairstream.errors``.
-- ``source`` is the PySpark Python data source named ``fairstream``; it runs in the
-  executors, so it imports nothing from fairstream beyond those leaves.
-- ``stream`` is the Structured Streaming side of the same source (``readStream``),
-  ``streamplan`` its pure offsets and fair admission.
-- ``cluster`` is the driver's Kafka I/O (partition states, the final commit),
-  ``handlers`` loads and runs user handlers, ``backfill`` drives a job.
-- Nothing here imports ``fairstream.runtime``; the runtime calls
-  :func:`submit_shadow_backfill` instead.
+- From the rest of fairstream, modules here import only the leaves
+  ``fairstream.errors`` and ``fairstream.ranges``, and ``planning`` also the pure
+  planner ``fairstream.assign``; never ``fairstream.runtime``, ``testing`` or ``cli``.
+  A Spark executor therefore loads neither aiokafka nor anyio
+  (``tests/test_architecture.py`` checks both).
+- ``planning`` (ranges, chunks, placement, commits) and ``streamplan`` (a stream's
+  offsets and fair admission) are pure.
+- ``cluster`` is the driver's Kafka I/O (partition states, the final commit);
+  ``reading`` reads one task's chunks on an executor with confluent-kafka;
+  ``handlers`` loads and runs user handlers.
+- ``source`` is the PySpark Python data source named ``fairstream``; ``batchread``
+  plans its batch reads, ``stream`` is its Structured Streaming side
+  (``readStream``), ``sink`` its writer, ``streamoptions`` the options both read.
+  ``source`` imports ``stream`` late (inside the method that needs it) because
+  ``stream`` imports ``source``: the one import circle left in fairstream, which
+  the architecture test lists as known until it is broken.
+- ``backfill`` drives a batch job and ``streamjob`` a streaming one; ``listener``
+  commits a stream's progress. ``handoff`` builds a
+  ``ParallelRebalance(handoff=...)`` callable around
+  :func:`submit_shadow_backfill`: the runtime takes any such callable and never
+  imports this package.
 
 Names are loaded lazily, so ``import fairstream.spark`` is cheap and a missing
 extra raises an :class:`ImportError` that names the install command only when a

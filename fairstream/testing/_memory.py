@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, final
@@ -38,10 +38,10 @@ from aiokafka.structs import ConsumerRecord
 
 from fairstream.assign import GroupSnapshot, plan
 from fairstream.errors import ConfigError
-from fairstream.runtime._dead_letter import dead_letter_headers
-from fairstream.runtime._ports import ConsumerPort, KafkaClients
+from fairstream.runtime._ports import ConsumerPort, InTurn, KafkaClients
 from fairstream.runtime._record import Headers
 from fairstream.runtime._subscriber import Subscriber
+from fairstream.runtime.flow._dead_letter import dead_letter_headers
 
 if TYPE_CHECKING:
     from fairstream.runtime._app import App
@@ -377,6 +377,13 @@ class _MemoryClients:
         self._consumer.leave()
         self._consumer = _MemoryConsumer(self._broker, self._group_id, self._reset)
         self._consumer.subscribe(*self._subscription)
+
+    def pull_in_turn(
+        self, allowance: Callable[[Any], int], *, linger: float, busy: Callable[[], bool]
+    ) -> InTurn | None:
+        """``None``: the in-memory consumer has no aiokafka fetcher to hook; the fetch room
+        names the partitions it wants and caps each pull instead."""
+        return None
 
     async def partition_counts(self, topics: Collection[str]) -> dict[str, int]:
         return {t: self._broker.partitions(t) for t in topics if t in self._broker.topics()}

@@ -17,7 +17,7 @@ them (``RangeAssignor`` and ``RoundRobinAssignor`` javadoc), not from our output
 - both: a static member (KIP-345) sorts by its ``group.instance.id``, before every
   dynamic member (``MemberInfo.compareTo``), so a restart keeps its partitions.
 
-``tests/runtime/test_assignors.py`` also checks both against aiokafka's own
+``tests/runtime/kafka/test_assignors.py`` also checks both against aiokafka's own
 assignors on generated groups.
 """
 

@@ -14,7 +14,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from fairstream.cli import main
 from tests.conftest import Broker
-from tests.kafka_helpers import create_topic, produce
+from tests.support.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.broker
 

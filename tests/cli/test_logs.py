@@ -19,7 +19,7 @@ import structlog
 
 from fairstream import logs
 from tests.conftest import Broker, TopicFactory
-from tests.kafka_helpers import produce
+from tests.support.kafka_helpers import produce
 
 REPO = Path(__file__).parents[2]
 

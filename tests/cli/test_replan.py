@@ -1,9 +1,10 @@
-"""`fairstream plan --group`'s re-plan view, pure: what moves from whom, and the lag verdict."""
+"""`fairstream plan --group`'s re-plan view, pure: the move table and the lag verdict."""
 
 from __future__ import annotations
 
-from fairstream._cli_replan import Move, move_rows, replan, verdict
 from fairstream.assign import Assignment, GroupSnapshot
+from fairstream.assign.replan import Move, replan
+from fairstream.cli._replan import move_rows, verdict
 
 SNAPSHOT = GroupSnapshot(
     members={"a": frozenset({"t"}), "b": frozenset({"t"})},
@@ -11,27 +12,6 @@ SNAPSHOT = GroupSnapshot(
     lag={"t": (900, 800, 50, 60)},
 )
 CURRENT = Assignment({"a": {"t": (0, 1)}, "b": {"t": (2, 3)}})
-
-
-def test_moves_list_each_partition_taken_from_its_owner_and_the_busiest_lags() -> None:
-    planned = Assignment({"a": {"t": (0, 2)}, "b": {"t": (1, 3)}})
-    change = replan(SNAPSHOT, CURRENT, planned)
-    assert change.moves == (Move("t", 1, "a", "b"), Move("t", 2, "b", "a"))
-    assert (change.busiest_now, change.busiest_after) == (1_700, 950)
-    assert change.to_json() == {
-        "moves": [
-            {"topic": "t", "partition": 1, "from": "a", "to": "b"},
-            {"topic": "t", "partition": 2, "from": "b", "to": "a"},
-        ],
-        "busiest_lag_now": 1_700,
-        "busiest_lag_after": 950,
-    }
-
-
-def test_taking_up_an_unowned_partition_is_not_a_move() -> None:
-    current = Assignment({"a": {"t": (0, 1)}, "b": {"t": (2,)}})  # t[3] held by nobody
-    planned = Assignment({"a": {"t": (0, 1)}, "b": {"t": (2, 3)}})
-    assert replan(SNAPSHOT, current, planned).moves == ()
 
 
 def test_move_rows_name_from_and_to_and_cut_long_lists() -> None:

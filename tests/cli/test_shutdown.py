@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from tests.conftest import Broker, TopicFactory
-from tests.kafka_helpers import committed, produce
+from tests.support.kafka_helpers import committed, produce
 
 pytestmark = pytest.mark.broker
 

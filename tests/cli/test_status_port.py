@@ -26,7 +26,7 @@ import pytest
 
 from fairstream.testing import free_port
 from tests.conftest import Broker
-from tests.kafka_helpers import committed, create_topic, produce
+from tests.support.kafka_helpers import committed, create_topic, produce
 
 REPO = Path(__file__).parents[2]
 EXAMPLES = REPO / "examples"

@@ -14,7 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from fairstream.cli import build_parser, main
 from tests.conftest import Broker, TopicFactory
-from tests.kafka_helpers import read_all
+from tests.support.kafka_helpers import read_all
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

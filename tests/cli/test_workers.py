@@ -30,7 +30,7 @@ import pytest
 from fairstream.testing import free_port
 from tests.cli.test_status_port import _ready
 from tests.conftest import Broker
-from tests.kafka_helpers import committed, create_topic, produce
+from tests.support.kafka_helpers import committed, create_topic, produce
 
 pytestmark = pytest.mark.broker
 

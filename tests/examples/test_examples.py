@@ -18,7 +18,13 @@ import anyio.abc
 import pytest
 
 from tests.conftest import Broker
-from tests.kafka_helpers import create_topic, input_output_topics, produce, read_all, read_committed
+from tests.support.kafka_helpers import (
+    create_topic,
+    input_output_topics,
+    produce,
+    read_all,
+    read_committed,
+)
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 

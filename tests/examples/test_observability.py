@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaProducer
 
 from fairstream.testing import free_port
 from tests.conftest import Broker
-from tests.kafka_helpers import create_topic, read_all
+from tests.support.kafka_helpers import create_topic, read_all
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import Broker
 from tests.examples.test_examples import EXAMPLES, _env
-from tests.kafka_helpers import create_topic, produce_keyed, read_all
+from tests.support.kafka_helpers import create_topic, produce_keyed, read_all
 
 
 async def _events(stderr: Any, until: str, count: int) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ import pytest
 
 from fairstream.testing import free_port
 from tests.conftest import Broker, TopicFactory
-from tests.kafka_helpers import committed, produce
+from tests.support.kafka_helpers import committed, produce
 
 pytestmark = pytest.mark.broker
 

@@ -25,8 +25,7 @@ import anyio
 from aiokafka import TopicPartition
 
 from fairstream import App
-from fairstream.runtime._admin import BrokerAdmin
-from tests.kafka_helpers import create_topic, read_all
+from fairstream.runtime._kafka._admin import BrokerAdmin
 from tests.reliability.checker import (
     Result,
     Sink,
@@ -37,6 +36,7 @@ from tests.reliability.checker import (
     wait_for_sightings,
 )
 from tests.reliability.scenarios import Member, member_app, spawn_sink, start_noida, stop_sink
+from tests.support.kafka_helpers import create_topic, read_all
 
 __all__ = ["Combined", "combined_faults"]
 

@@ -21,9 +21,9 @@ import anyio
 
 from fairstream import App, Record, SchedulerConfig
 from fairstream.testing import EmbeddedBroker, free_port
-from tests.kafka_helpers import create_topic
 from tests.reliability.checker import Result, Sink, check, make_ids, produce_ids, read_sightings
 from tests.reliability.fault_proxy import FaultProxy
+from tests.support.kafka_helpers import create_topic
 
 __all__ = ["Flaky", "flaky_network", "proxied_tansu", "sink_app"]
 

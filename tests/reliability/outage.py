@@ -21,7 +21,6 @@ from pathlib import Path
 import anyio
 
 from fairstream.testing import free_port
-from tests.kafka_helpers import committed, create_topic
 from tests.reliability.checker import (
     Result,
     check,
@@ -31,6 +30,7 @@ from tests.reliability.checker import (
     wait_for_sightings,
 )
 from tests.reliability.scenarios import spawn_sink, start_noida, stop_sink
+from tests.support.kafka_helpers import committed, create_topic
 
 __all__ = ["Outage", "broker_outage", "ready_status"]
 

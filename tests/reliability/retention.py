@@ -22,8 +22,8 @@ from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.structs import OffsetAndMetadata
 
 from fairstream import App, ConsumerConfig, Record, SchedulerConfig
-from tests.kafka_helpers import create_topic
 from tests.reliability.checker import Result, Sink, check, make_ids, produce_ids, read_sightings
+from tests.support.kafka_helpers import create_topic
 
 __all__ = ["RetentionSkip", "commit_offsets", "delete_records", "retention_skip"]
 

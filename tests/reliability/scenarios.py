@@ -42,7 +42,6 @@ from fairstream import (
     SchedulerConfig,
 )
 from fairstream.testing import EmbeddedBroker
-from tests.kafka_helpers import committed, create_topic, read_all
 from tests.reliability.checker import (
     Result,
     Sink,
@@ -54,6 +53,7 @@ from tests.reliability.checker import (
     read_sightings,
     wait_for_sightings,
 )
+from tests.support.kafka_helpers import committed, create_topic, read_all
 
 __all__ = [
     "BrokerRestart",

@@ -14,9 +14,9 @@ from aiokafka import AIOKafkaProducer
 from fairstream import App, Record, RetryPolicy, SchedulerConfig
 from fairstream.runtime._decode import DecodeError, decoder_for
 from tests.conftest import Broker
-from tests.kafka_helpers import committed, create_topic, read_all
 from tests.reliability.checker import summary
 from tests.reliability.scenarios import handler_failures, poison_records
+from tests.support.kafka_helpers import committed, create_topic, read_all
 
 pytestmark = [pytest.mark.broker, pytest.mark.reliability]
 

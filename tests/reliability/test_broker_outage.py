@@ -20,9 +20,9 @@ from structlog.testing import capture_logs
 from fairstream import App, DeadLetterPolicy, ProducerConfig, Record, RetryPolicy
 from fairstream.testing import EmbeddedBroker
 from tests.conftest import EXTERNAL
-from tests.kafka_helpers import committed, create_topic, produce, read_all
 from tests.reliability.checker import summary
 from tests.reliability.outage import broker_outage
+from tests.support.kafka_helpers import committed, create_topic, produce, read_all
 
 pytestmark = [
     pytest.mark.broker,

@@ -37,7 +37,6 @@ from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from tests.conftest import Broker
-from tests.kafka_helpers import create_topic
 from tests.reliability.checker import (
     check,
     make_ids,
@@ -46,6 +45,7 @@ from tests.reliability.checker import (
     wait_for_sightings,
 )
 from tests.reliability.scenarios import REPO, stop_sink
+from tests.support.kafka_helpers import create_topic
 
 pytestmark = pytest.mark.broker
 

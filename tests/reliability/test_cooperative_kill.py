@@ -22,9 +22,9 @@ import anyio
 import pytest
 
 from tests.conftest import Broker
-from tests.kafka_helpers import create_topic
 from tests.reliability.checker import check, make_ids, produce_ids, read_sightings
 from tests.reliability.scenarios import REPO, stop_sink, wait_for_sightings
+from tests.support.kafka_helpers import create_topic
 
 pytestmark = pytest.mark.broker
 

@@ -12,10 +12,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from fairstream import App, Record, RetryPolicy, SchedulerConfig
-from fairstream.runtime._handling import DEAD_LETTER_SLOW
+from fairstream.runtime.flow._handling import DEAD_LETTER_SLOW
 from tests.conftest import EXTERNAL
-from tests.kafka_helpers import committed, create_topic, produce, read_all
 from tests.reliability.flaky import proxied_tansu
+from tests.support.kafka_helpers import committed, create_topic, produce, read_all
 
 pytestmark = [
     pytest.mark.broker,

@@ -22,10 +22,10 @@ from aiokafka import AIOKafkaConsumer
 from structlog.testing import capture_logs
 
 from fairstream import App, ConsumerConfig, Record, SchedulerConfig
-from fairstream.runtime._assignors import make_assignor
+from fairstream.runtime._kafka._assignors import make_assignor
 from tests.conftest import EXTERNAL, Broker
-from tests.kafka_helpers import committed, create_topic
 from tests.reliability.checker import Sink, check, make_ids, produce_ids, read_sightings, summary
+from tests.support.kafka_helpers import committed, create_topic
 
 pytestmark = [
     pytest.mark.broker,

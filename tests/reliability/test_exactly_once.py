@@ -21,10 +21,10 @@ import anyio
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from fairstream.runtime._static_leave import _StaticLeave
+from fairstream.runtime._kafka._static_leave import _StaticLeave
 from tests.conftest import Broker
-from tests.kafka_helpers import input_output_topics, produce, read_committed
 from tests.reliability.scenarios import REPO, stop_sink
+from tests.support.kafka_helpers import input_output_topics, produce, read_committed
 
 pytestmark = pytest.mark.broker
 

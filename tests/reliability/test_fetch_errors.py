@@ -16,8 +16,8 @@ from structlog.testing import capture_logs
 
 from fairstream import App, Record, SchedulerConfig
 from tests.conftest import EXTERNAL
-from tests.kafka_helpers import create_topic, produce
 from tests.reliability.flaky import proxied_tansu
+from tests.support.kafka_helpers import create_topic, produce
 
 pytestmark = [
     pytest.mark.broker,

@@ -11,9 +11,9 @@ from structlog.testing import capture_logs
 
 from fairstream import DeadLetterPolicy
 from tests.conftest import EXTERNAL
-from tests.kafka_helpers import create_topic
 from tests.reliability.checker import Sink, check, make_ids, produce_ids, read_sightings, summary
 from tests.reliability.flaky import flaky_network, proxied_tansu, sink_app
+from tests.support.kafka_helpers import create_topic
 
 pytestmark = [
     pytest.mark.broker,

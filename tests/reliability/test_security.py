@@ -17,9 +17,9 @@ import pytest
 import structlog
 
 from fairstream import App, ConfigError, Record, SchedulerConfig, SecurityConfig
-from fairstream.runtime._clients import aiokafka_clients
+from fairstream.runtime._kafka._clients import aiokafka_clients
 from tests.conftest import Broker
-from tests.kafka_helpers import create_topic, produce
+from tests.support.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.reliability
 

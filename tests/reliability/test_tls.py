@@ -12,7 +12,6 @@ import pytest
 
 from fairstream import App, BrokerError, Record, SecurityConfig
 from tests.conftest import EXTERNAL
-from tests.kafka_helpers import create_topic
 from tests.reliability.checker import Sink, check, make_ids, produce_ids, read_sightings, summary
 from tests.reliability.flaky import sink_app
 from tests.reliability.tls_proxy import (
@@ -21,6 +20,7 @@ from tests.reliability.tls_proxy import (
     missing_tools,
     tls_tansu,
 )
+from tests.support.kafka_helpers import create_topic
 
 pytestmark = [
     pytest.mark.broker,

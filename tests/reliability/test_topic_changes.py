@@ -11,7 +11,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 
 from fairstream import App, ConsumerConfig, Record, SchedulerConfig
 from tests.conftest import Broker
-from tests.kafka_helpers import committed, create_topic, produce
+from tests.support.kafka_helpers import committed, create_topic, produce
 
 pytestmark = [pytest.mark.broker, pytest.mark.reliability]
 

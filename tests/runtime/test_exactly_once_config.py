@@ -10,7 +10,7 @@ import pytest
 
 from fairstream import App, BrokerError, ConfigError, Record, SchedulerConfig
 from tests.conftest import Broker
-from tests.kafka_helpers import create_topic
+from tests.support.kafka_helpers import create_topic
 
 
 def _app(**settings: object) -> App:

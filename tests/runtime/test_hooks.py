@@ -12,7 +12,7 @@ from aiokafka import TopicPartition
 from structlog.testing import capture_logs
 
 from fairstream import App, ConfigError, Record, SchedulerConfig
-from tests.backends import Backend
+from tests.support.backends import Backend
 
 QUICK = SchedulerConfig(commit_interval=0.1)
 

@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from fairstream import App, CallNext, ConfigError, DeadLetterPolicy, Record, RetryPolicy
-from tests.backends import Backend
+from tests.support.backends import Backend
 
 
 class UserKey(BaseModel):

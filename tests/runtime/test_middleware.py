@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from fairstream import App, CallNext, ConfigError, DeadLetterPolicy, Record, RetryPolicy
-from tests.backends import Backend
+from tests.support.backends import Backend
 
 FAST = RetryPolicy(attempts=3, backoff=0)
 

@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from fairstream import App, DeadLetterPolicy, Record, RetryPolicy
 from fairstream.otel import TracingMiddleware
 from tests.conftest import Broker
-from tests.kafka_helpers import create_topic, read_all
+from tests.support.kafka_helpers import create_topic, read_all
 
 TRACE_ID = 0x4BF92F3577B34DA6A3CE929D0E0E4736
 PARENT_ID = 0x00F067AA0BA902B7

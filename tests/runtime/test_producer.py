@@ -8,7 +8,7 @@ from structlog.testing import capture_logs
 
 from fairstream import App, ProducerConfig, Record, RetryPolicy
 from tests.conftest import Broker, TopicFactory
-from tests.kafka_helpers import produce, read_all
+from tests.support.kafka_helpers import produce, read_all
 
 pytestmark = pytest.mark.broker
 

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fairstream import App, DeadLetterPolicy, Record, RetryPolicy
 from fairstream.prometheus import FairstreamCollector
 from tests.conftest import Broker
-from tests.kafka_helpers import create_topic, produce
+from tests.support.kafka_helpers import create_topic, produce
 
 
 def _scrape(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -6,7 +6,7 @@ import anyio
 import pytest
 
 from fairstream import ConfigError, Record
-from tests.backends import Backend
+from tests.support.backends import Backend
 
 
 async def test_publish_right_after_entering_the_app_reaches_the_handler(

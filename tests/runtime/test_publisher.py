@@ -19,9 +19,9 @@ from fairstream import (
     RetryPolicy,
     SchedulerConfig,
 )
-from tests.backends import Backend
 from tests.conftest import Broker, TopicFactory
-from tests.kafka_helpers import committed, produce, read_all
+from tests.support.backends import Backend
+from tests.support.kafka_helpers import committed, produce, read_all
 
 QUICK = SchedulerConfig(commit_interval=0.1)
 

@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
-from fairstream.runtime._admin import BrokerAdmin
+from fairstream.runtime._kafka._admin import BrokerAdmin
 from fairstream.spark import build_session
 from tests.conftest import Broker
 

@@ -15,9 +15,9 @@ from fairstream.ranges import OffsetRange, decode_shadow, encode_shadow
 from fairstream.spark.cluster import read_states
 from fairstream.spark.handoff import spark_shadow_handoff
 from tests.conftest import Broker
-from tests.kafka_helpers import produce
 from tests.spark.conftest import fill_topic, stored_metadata
 from tests.spark.test_backfill import recorder, seen
+from tests.support.kafka_helpers import produce
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 

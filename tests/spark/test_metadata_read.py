@@ -23,8 +23,8 @@ from confluent_kafka import TopicPartition as ConfluentPartition
 from fairstream.ranges import OffsetRange, decode_shadow, encode_shadow, to_commit
 from fairstream.spark.cluster import _metadata
 from tests.conftest import Broker
-from tests.kafka_helpers import create_topic
 from tests.spark.conftest import stored_metadata
+from tests.support.kafka_helpers import create_topic
 
 pytestmark = [pytest.mark.broker]
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fairstream import App, Record
-from fairstream.runtime._clients import aiokafka_clients
+from fairstream.runtime._kafka._clients import aiokafka_clients
 from fairstream.testing import MemoryBroker
 from fairstream.testing._memory import partition_for
 

@@ -1,0 +1,264 @@
+"""The keyed room: records of one subscriber run per key (``ordering="key"``/``"none"``).
+
+A worker takes a dispatch (one partition's slice, handed out round-robin with the
+per-partition quota, so KIP-387 fairness decides what is admitted) and *admits*
+its records here, in offset order. Each admitted record joins the chain of its
+key within its partition; a chain runs its records one after another, so a key
+waits only for its own earlier records, and different keys run side by side.
+With ``"none"`` every record is a chain of its own. Null keys share one chain per
+partition, so they keep partition order among themselves.
+
+Two bounds hold: at most ``concurrency`` handler calls run at once (a semaphore
+that a chain takes per record, so a key with a long run holds one slot, not
+all), and at most ``room`` records of a partition are admitted and unfinished,
+so a partition whose records do not finish stops reading ahead (buffered memory
+stays bounded) while the others go on. Finished records do not count: a record
+that never finishes holds its key, not a window of its partition.
+
+Chains run in a task group per partition, opened when its first record is
+admitted and kept while the partition is owned (opening one per burst would cost
+more than a cheap handler). While it has chains it is *busy*: an
+:class:`InFlight` (its cancel scope, and an event set when the last chain ends)
+is what a revoke or a forced shutdown waits on or cancels, like a dispatch's. A
+revoke closes it once it is idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Collection, Hashable
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.abc
+
+from fairstream.errors import FairstreamError
+from fairstream.runtime._record import TP, Record
+from fairstream.runtime._subscriber import Subscriber
+from fairstream.runtime.flow._handling import DispatchRunner
+from fairstream.runtime.flow._scheduler import Dispatch
+
+__all__ = ["InFlight", "KeyedLane"]
+
+_YIELD_EVERY = 64
+"""Records a chain runs on one slot before it yields to the event loop and the slot."""
+
+
+@dataclass(slots=True, eq=False)
+class InFlight:
+    """Running work (a dispatch, or a partition's chains), to wait for or cancel.
+
+    Its end is an event made only for a waiter (a revoke, a stop): making an anyio
+    Event looks up the running async library, and most dispatches end unwatched.
+    """
+
+    scope: anyio.CancelScope
+    _ended: anyio.Event | None = None
+    _over: bool = False
+
+    def finish(self) -> None:
+        """The work ended: wake whoever waits for it."""
+        self._over = True
+        if self._ended is not None:
+            self._ended.set()
+
+    async def wait(self) -> None:
+        """Return once the work ended."""
+        if not self._over:
+            if self._ended is None:
+                self._ended = anyio.Event()
+            await self._ended.wait()
+
+
+@dataclass(slots=True, eq=False)
+class _Partition:
+    """The chains of one partition, and the task group they run in."""
+
+    tp: TP
+    scope: anyio.CancelScope
+    busy: InFlight | None = None
+    chains: dict[Hashable, list[Record[bytes]]] = field(default_factory=dict)
+    admitted: int = 0
+    tasks: anyio.abc.TaskGroup | None = None
+    room: anyio.Event | None = None
+    """Set when a full partition has room again; made by the admission that waits."""
+    stop: anyio.Event = field(default_factory=anyio.Event)
+    closing: bool = False
+    closed: bool = False
+
+
+class KeyedLane:
+    """One subscriber's records in flight out of partition order."""
+
+    def __init__(
+        self,
+        subscriber: Subscriber,
+        runner: DispatchRunner,
+        *,
+        room: int,
+        owned: Callable[[TP], bool],
+        fail: Callable[[FairstreamError], None],
+    ) -> None:
+        self._subscriber = subscriber
+        self._runner = runner
+        self._room = max(room, subscriber.concurrency)
+        self._owned = owned
+        self._fail = fail
+        self._slots = anyio.Semaphore(subscriber.concurrency)
+        self._by_key = subscriber.ordering == "key"
+        self._unique = itertools.count()
+        self._parts: dict[TP, _Partition] = {}
+        self._tasks: anyio.abc.TaskGroup | None = None
+
+    def start(self, tasks: anyio.abc.TaskGroup) -> None:
+        self._tasks = tasks
+
+    def running_on(self, tps: Collection[TP]) -> list[InFlight]:
+        """What is busy on ``tps`` (being revoked): those partitions close once idle."""
+        found = []
+        for tp, part in self._parts.items():
+            if tp in tps:
+                part.closing = True
+                if part.busy is not None:
+                    found.append(part.busy)
+                else:
+                    part.stop.set()
+        return found
+
+    def running(self) -> list[InFlight]:
+        return [part.busy for part in self._parts.values() if part.busy is not None]
+
+    async def admit(self, dispatch: Dispatch[Record[bytes]]) -> None:
+        """Admit the dispatch's records in order; waits while a partition has no room.
+
+        Records not admitted (the partition was revoked, or the app halts) stay
+        unfinished, so the watermark never passes them.
+        """
+        runner = self._runner
+        room, by_key, unique = self._room, self._by_key, self._unique
+        for piece in dispatch.slices:
+            records = piece.records
+            if not records:
+                continue
+            tp = piece.tp
+            # The whole slice at once: one that is cut short below stays unfinished.
+            if not runner.admit(tp, records):
+                return
+            skip = runner.skip(tp)
+            at, count = 0, len(records)
+            while at < count:
+                # Nothing below awaits but _room_in: the partition found there stays
+                # open and owned until the next wait, so it is only looked up again
+                # when it is full, and then records are admitted up to its room.
+                part = await self._room_in(tp)
+                if part is None:
+                    return
+                chains = part.chains
+                upto = min(count, at + room - part.admitted)
+                admitted = upto - at
+                for record in records[at:upto]:
+                    if skip and any(r.start <= record.offset < r.end for r in skip):
+                        runner.skipped(record)  # a previous owner finished it (offset map)
+                        admitted -= 1
+                        continue
+                    key = record.key if by_key else next(unique)
+                    chain = chains.get(key)
+                    if chain is None:
+                        chains[key] = [record]
+                        if part.busy is None:
+                            part.busy = InFlight(part.scope)
+                        assert part.tasks is not None
+                        part.tasks.start_soon(self._chain, part, key)
+                    else:
+                        chain.append(record)
+                part.admitted += admitted
+                at = upto
+
+    async def _room_in(self, tp: TP) -> _Partition | None:
+        """The open chains of ``tp`` once they have room for a record (waits while full).
+
+        ``None``: the app halts or ``tp`` is no longer owned.
+        """
+        while not self._runner.halted and self._owned(tp):
+            part = self._parts.get(tp)
+            if part is None or part.closed:
+                return await self._open(tp)
+            if part.admitted < self._room:
+                return part
+            if part.room is None:
+                part.room = anyio.Event()
+            await part.room.wait()
+        return None
+
+    async def _open(self, tp: TP) -> _Partition:
+        assert self._tasks is not None, "KeyedLane.start was not called"
+        part = _Partition(tp, anyio.CancelScope())
+        self._parts[tp] = part
+        await self._tasks.start(self._serve, part)
+        return part
+
+    async def _serve(
+        self,
+        part: _Partition,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            with part.scope:
+                async with anyio.create_task_group() as tasks:
+                    part.tasks = tasks
+                    task_status.started()
+                    await part.stop.wait()
+        finally:
+            part.closed = True
+            if self._parts.get(part.tp) is part:
+                del self._parts[part.tp]
+            if part.room is not None:
+                part.room.set()
+            if part.busy is not None:
+                part.busy.finish()
+
+    async def _chain(self, part: _Partition, key: Hashable) -> None:
+        chain = part.chains[key]
+        runner, subscriber, slots = self._runner, self._subscriber, self._slots
+        tp = part.tp
+
+        def popped(count: int) -> None:
+            self._release(part, count)
+
+        try:
+            while chain and not runner.halted:
+                # A free slot is taken without a trip through the event loop; the
+                # chain then runs a few records on it at slice cost.
+                if slots.value:
+                    slots.acquire_nowait()
+                else:
+                    await slots.acquire()
+                try:
+                    await runner.run_chain(subscriber, tp, chain, _YIELD_EVERY, popped)
+                finally:
+                    slots.release()
+                # A handler that never suspends would keep the loop to itself: the
+                # fetcher and the other chains run between these runs. What
+                # anyio.lowlevel.checkpoint() does on asyncio, without its look-up of
+                # the running library (a tenth of this lane's CPU, a run at a time).
+                await asyncio.sleep(0)
+        except FairstreamError as exc:
+            self._fail(exc)
+        finally:
+            # Cut short (halt, cancel, stop policy): what is left stays unfinished.
+            del part.chains[key]
+            if chain:
+                self._release(part, len(chain))
+            if not part.chains and part.busy is not None:
+                part.busy.finish()
+                part.busy = None
+                if part.closing:
+                    part.stop.set()
+
+    def _release(self, part: _Partition, count: int) -> None:
+        part.admitted -= count
+        if part.room is not None:  # an admission waits for room: there is some now
+            part.room.set()
+            part.room = None

@@ -1,0 +1,272 @@
+"""Cooperative rebalancing (KIP-429) in a real group under live traffic.
+
+Three members read 8 partitions while a producer writes to every partition every
+20 ms; a fourth joins, just as one record of partition 0 starts taking 2.5 s to
+handle (the issue's measurement: a slow partition on one member). Eager members all
+stop until that member's revoke has waited for it; cooperative members keep handling
+the partitions that keep their owner through both rounds of the join.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import pytest
+import structlog
+
+from fairstream import App, ConsumerConfig, Record, SchedulerConfig
+from tests.conftest import Broker
+from tests.support.kafka_helpers import create_topic
+from tests.support.live_traffic import produce_steadily, run_until, wait_until
+
+pytestmark = pytest.mark.broker
+
+PARTITIONS = 8
+EVERY_S = 0.02
+"""The producer writes one record to each partition this often."""
+
+SLOW_S = 2.5
+"""How long the first record of partition 0 handled after the join starts takes."""
+
+GAP_BOUND_S = 1.0
+"""The longest a kept partition may go unhandled while the group rebalances.
+
+Handling follows the producer (a record every 20 ms) one fetch behind; a fetch
+returns as soon as records are there, well under 100 ms on noida. A second allows
+several slow fetches and a commit on 2 shared cores, and is still below what an
+eager rebalance costs every partition here: the group waits for the revoke of the
+member handling the slow record (up to SLOW_S after the join starts), then both
+JoinGroup/SyncGroup rounds and the new assignment's committed-offset reads; others
+learn of the rebalance at their next heartbeat, at most 0.5 s into it (0.5 s apart in
+these tests), so they stop for about 2 s (``test_eager_members_stop_everything``).
+"""
+
+
+@dataclass
+class Traffic:
+    """What the producer wrote and who handled what when."""
+
+    written: set[str] = field(default_factory=set)
+    handled: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    times: dict[int, list[tuple[float, str]]] = field(default_factory=lambda: defaultdict(list))
+    slow_from: float | None = None
+    slowed: bool = False
+
+    def owners(self, start: float, end: float) -> dict[int, set[str]]:
+        return {
+            p: {member for t, member in events if start <= t < end}
+            for p, events in self.times.items()
+        }
+
+    def longest_gap(self, partition: int, start: float, end: float) -> float:
+        """The longest time ``partition`` went unhandled between ``start`` and ``end``."""
+        stamps = [t for t, _ in self.times[partition]]
+        inside = [start] + [t for t in stamps if start < t < end] + [end]
+        return max(b - a for a, b in itertools.pairwise(inside))
+
+
+def _member(
+    broker: Broker,
+    group_id: str,
+    topic: str,
+    name: str,
+    traffic: Traffic,
+    cooperative: bool,
+    *,
+    leaves: bool = False,
+) -> App:
+    app = App(
+        bootstrap=broker.bootstrap,
+        group_id=group_id,
+        assignor="sticky",
+        cooperative=cooperative,
+        instance_id=broker.instance_id(name),
+        # 6 s, the least Kafka accepts: tansu answers each JoinGroup round after half
+        # the session timeout and evicts the leaver only when its session ends.
+        consumer=ConsumerConfig(
+            heartbeat_interval_ms=500, session_timeout_ms=6_000, leave_group_on_stop=leaves
+        ),
+        scheduler=SchedulerConfig(commit_interval=0.2),
+    )
+
+    @app.subscriber(topic)
+    async def handle(record: Record[str]) -> None:
+        now = time.monotonic()
+        traffic.handled[record.value] += 1
+        traffic.times[record.partition].append((now, name))
+        slow_from = traffic.slow_from
+        if record.partition == 0 and slow_from is not None and not traffic.slowed:
+            traffic.slowed = now >= slow_from
+            if traffic.slowed:
+                await anyio.sleep(SLOW_S)
+
+    return app
+
+
+@contextmanager
+def _rebalance_log() -> Iterator[list[dict[str, Any]]]:
+    """The runtime's rebalance events, as structlog emits them."""
+    with structlog.testing.capture_logs() as logs:
+        yield logs
+
+
+@dataclass
+class Scenario:
+    """What happened: the traffic, the rebalance windows, the runtime's log."""
+
+    traffic: Traffic
+    logs: list[dict[str, Any]]
+    joined_at: float = 0.0
+    join_settled_at: float = 0.0
+    left_at: float = 0.0
+    leave_settled_at: float = 0.0
+    leave_logs_from: int = 0
+
+
+async def _scenario(broker: Broker, group_id: str, cooperative: bool, leave: bool) -> Scenario:
+    """Three members, then a fourth joins (and, with ``leave``, leaves again).
+
+    The fourth leaves with ``leave_group_on_stop``: on noida members are static (it
+    never evicts one), and a static member stays in its group when it stops unless
+    it is told to leave.
+    """
+    topic = f"coop-{group_id[-8:]}"
+    await create_topic(broker.bootstrap, topic, PARTITIONS)
+    traffic = Traffic()
+    stop_producing, stop_first, stop_fourth = anyio.Event(), anyio.Event(), anyio.Event()
+    names = {"m0", "m1", "m2"}
+
+    def settled_on(members: set[str]) -> bool:
+        now = time.monotonic()
+        owners = traffic.owners(now - 1.0, now)
+        single = len(owners) == PARTITIONS and all(len(o) == 1 for o in owners.values())
+        if not single or set().union(*owners.values()) != members:
+            return False
+        # Balanced (sticky: 3/3/2 or 2 each), so no partition is still on its way.
+        load = Counter(m for o in owners.values() for m in o)
+        return max(load.values()) - min(load.values()) <= 1
+
+    async def settle(members: set[str]) -> float:
+        """When the group was last seen settled on ``members``, a second ago."""
+        await wait_until(lambda: settled_on(members), 60)
+        await anyio.sleep(1.0)
+        return time.monotonic() - 1.0
+
+    with _rebalance_log() as logs:
+        scenario = Scenario(traffic, logs)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_traffic, broker.bootstrap, topic, traffic, stop_producing)
+            for name in sorted(names):
+                app = _member(broker, group_id, topic, name, traffic, cooperative)
+                tasks.start_soon(run_until, app, stop_first)
+            await settle(names)
+            scenario.joined_at = traffic.slow_from = time.monotonic()
+            fourth = _member(broker, group_id, topic, "m3", traffic, cooperative, leaves=leave)
+            tasks.start_soon(run_until, fourth, stop_fourth)
+            scenario.join_settled_at = await settle({*names, "m3"})
+            if leave:
+                scenario.leave_logs_from = len(logs)
+                scenario.left_at = time.monotonic()
+                stop_fourth.set()
+                scenario.leave_settled_at = await settle(names)
+            stop_producing.set()
+            await wait_until(lambda: traffic.written <= traffic.handled.keys(), 30)
+            stop_fourth.set()
+            stop_first.set()
+    return scenario
+
+
+def _revoked(logs: list[dict[str, Any]]) -> set[int]:
+    return {
+        partition
+        for event in logs
+        if event["event"] == "partitions_revoked"
+        for _, partition in event["partitions"]
+    }
+
+
+def _lost(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in logs if e["event"] == "partitions_lost"]
+
+
+def _check_join(run: Scenario) -> set[int]:
+    """The join's checks; returns the partitions that moved to the fourth member."""
+    traffic, logs = run.traffic, run.logs
+    rounds = [e for e in logs if e["event"] == "cooperative_assignment"]
+    assert traffic.slowed
+    # Nothing lost, and no member lost its partitions (a refused commit is no fence).
+    assert traffic.written <= traffic.handled.keys()
+    assert not _lost(logs), rounds
+    # 2 of 8 partitions move to the fourth member, in two rounds.
+    before = traffic.owners(run.joined_at - 1.0, run.joined_at)
+    after = traffic.owners(run.join_settled_at, run.join_settled_at + 1.0)
+    kept = {p for p in range(PARTITIONS) if before[p] == after[p]}
+    moved = set(range(PARTITIONS)) - kept
+    assert len(moved) == 2 and {m for p in moved for m in after[p]} == {"m3"}, (before, after)
+    assert _revoked(logs[: run.leave_logs_from or None]) == moved
+    # Partition 0's own gap is its slow record, whoever reads it.
+    gaps = {p: traffic.longest_gap(p, run.joined_at, run.join_settled_at) for p in kept - {0}}
+    assert max(gaps.values()) < GAP_BOUND_S, (gaps, rounds)
+    # Only the moved partitions' uncommitted records were handled twice.
+    twice = {int(v.split("-")[0]) for v, n in traffic.handled.items() if n > 1}
+    assert twice <= moved, (twice, moved)
+    return moved
+
+
+async def test_cooperative_join_keeps_kept_partitions_flowing(
+    broker: Broker, group_id: str
+) -> None:
+    _check_join(await _scenario(broker, group_id, cooperative=True, leave=False))
+
+
+async def test_cooperative_leave_moves_only_the_leavers_partitions(
+    broker: Broker, group_id: str
+) -> None:
+    """A fourth member joins, then leaves: its partitions go to the others at once.
+
+    On noida the leaver is a static member with ``leave_group_on_stop``: without it,
+    noida, which never evicts, would keep its partitions for ever (tansu evicts a
+    dynamic member after its session timeout; it ignores a LeaveGroup).
+    """
+    run = await _scenario(broker, group_id, cooperative=True, leave=True)
+    moved = _check_join(run)
+    traffic, logs = run.traffic, run.logs
+    before = traffic.owners(run.left_at - 1.0, run.left_at)
+    after = traffic.owners(run.leave_settled_at, run.leave_settled_at + 1.0)
+    orphaned = {p for p, owners in before.items() if owners == {"m3"}}
+    assert orphaned == moved
+    assert all(before[p] == after[p] for p in set(range(PARTITIONS)) - orphaned)
+    assert not _revoked(logs[run.leave_logs_from :])
+    assert not _lost(logs)
+    gaps = {
+        p: traffic.longest_gap(p, run.left_at, run.leave_settled_at)
+        for p in set(range(PARTITIONS)) - orphaned
+    }
+    assert max(gaps.values()) < GAP_BOUND_S, gaps
+
+
+async def test_eager_members_stop_everything(noida: Broker, group_id: str) -> None:
+    run = await _scenario(noida, group_id, cooperative=False, leave=False)
+    traffic = run.traffic
+
+    assert traffic.slowed
+    assert traffic.written <= traffic.handled.keys()
+    assert _revoked(run.logs) == set(range(PARTITIONS))
+    assert not [e for e in run.logs if e["event"] == "cooperative_assignment"]
+    gaps = [
+        traffic.longest_gap(p, run.joined_at, run.join_settled_at) for p in range(1, PARTITIONS)
+    ]
+    assert min(gaps) > GAP_BOUND_S, gaps
+
+
+async def _traffic(bootstrap: str, topic: str, traffic: Traffic, stop: anyio.Event) -> None:
+    await produce_steadily(
+        bootstrap, topic, partitions=PARTITIONS, every_s=EVERY_S, written=traffic.written, stop=stop
+    )
