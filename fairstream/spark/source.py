@@ -134,7 +134,11 @@ class _Reader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> list[TaskPartition]:
-        return [TaskPartition(i, chunks) for i, chunks in enumerate(self.tasks)]
+        """One partition per planned task, and one without chunks for a read of no
+        records: PySpark replaces an empty list by a bare ``InputPartition(None)``,
+        which :meth:`read` could not read."""
+        tasks = self.tasks or [[]]
+        return [TaskPartition(i, chunks) for i, chunks in enumerate(tasks)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         batches = read_task(self.settings, cast(TaskPartition, partition).chunks)

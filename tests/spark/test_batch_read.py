@@ -110,3 +110,18 @@ def test_a_pattern_reads_every_matching_topic(spark: SparkSession, noida: Broker
     assert sorted((r["topic"], r["offset"]) for r in rows) == sorted(
         [*((first, o) for o in range(3)), *((second, o) for o in range(4))]
     )
+
+
+@pytest.mark.parametrize("empty", ["topic", "range"])
+def test_a_read_of_no_records_is_an_empty_frame(
+    spark: SparkSession, noida: Broker, empty: str
+) -> None:
+    # PySpark reads a planned read of no tasks as one bare InputPartition(None).
+    if empty == "topic":
+        topic = fill_topic(noida.bootstrap, [0, 0])
+        rows = read(spark, noida, topic)
+    else:
+        topic = fill_topic(noida.bootstrap, [5])
+        at = json.dumps({topic: {"0": 3}})
+        rows = read(spark, noida, topic, startingOffsets=at, endingOffsets=at)
+    assert rows == []
