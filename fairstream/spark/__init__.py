@@ -3,16 +3,22 @@
 An optional extra (``pip install 'fairstream[spark]'``: pyspark, pyarrow,
 confluent-kafka). Layout and import rules:
 
-- ``planning`` is pure (ranges, chunks, placement, commits) and imports only
-  ``fairstream.assign``, ``fairstream.ranges`` and ``fairstream.errors``.
-- ``source`` is the PySpark Python data source named ``fairstream``; it runs in the
-  executors, so it imports nothing from fairstream beyond those leaves.
-- ``stream`` is the Structured Streaming side of the same source (``readStream``),
-  ``streamplan`` its pure offsets and fair admission.
-- ``cluster`` is the driver's Kafka I/O (partition states, the final commit),
-  ``handlers`` loads and runs user handlers, ``backfill`` drives a job.
+- ``planning``, ``streamplan``, ``offsetspec`` and ``streamoptions`` are pure (no
+  Kafka or Spark I/O); ``planning`` imports only ``fairstream.assign``,
+  ``fairstream.ranges`` and ``fairstream.errors``.
+- ``source`` is the PySpark Python data source named ``fairstream`` (also found by
+  PySpark itself through the top-level ``pyspark_fairstream`` module); its readers run
+  in the executors. It makes ``stream``'s reader for ``spark.readStream``, ``batchread``
+  plans a ``spark.read`` with Spark's options, and ``sink`` writes to Kafka. ``columns``
+  holds what the batch and stream readers share, so ``stream`` never imports ``source``:
+  imports among these modules go one way (``tests/test_architecture.py`` checks it,
+  lazy imports counted).
+- ``cluster`` is the driver's Kafka I/O (partition states, commits), ``reading`` the
+  executors' (offset ranges into Arrow), ``handlers`` loads and runs user handlers,
+  ``backfill`` and ``streamjob`` drive a job, ``listener`` commits after each batch.
 - Nothing here imports ``fairstream.runtime``; the runtime calls
-  :func:`submit_shadow_backfill` instead.
+  :func:`submit_shadow_backfill` instead. No module here imports this package
+  face back.
 
 Names are loaded lazily, so ``import fairstream.spark`` is cheap and a missing
 extra raises an :class:`ImportError` that names the install command only when a
@@ -34,8 +40,7 @@ if TYPE_CHECKING:
     )
     from fairstream.spark.handlers import BackfillRecord, Handler
     from fairstream.spark.listener import GroupCommitter
-    from fairstream.spark.source import FairstreamDataSource, read_chunks
-    from fairstream.spark.stream import register
+    from fairstream.spark.source import FairstreamDataSource, read_chunks, register
 
 __all__ = [
     "BackfillJob",
@@ -60,7 +65,7 @@ _HOMES = {
     "Handler": "handlers",
     "build_session": "backfill",
     "read_chunks": "source",
-    "register": "stream",
+    "register": "source",
     "run_backfill": "backfill",
     "submit_shadow_backfill": "backfill",
 }

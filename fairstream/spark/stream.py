@@ -7,7 +7,6 @@ Spark tasks with the lag planner, and commits the group's offsets after Spark ha
 committed a batch. The executors read with the batch source's
 :func:`~fairstream.spark.reading.read_task`.
 
->>> fairstream.spark.register(spark)  # doctest: +SKIP
 >>> (spark.readStream.format("fairstream")
 ...  .option("kafka.bootstrap.servers", "kafka:9092").option("subscribe", "clicks")
 ...  .option("kafka.group.id", "clicks-pipeline")
@@ -36,10 +35,10 @@ import structlog
 from fairstream.errors import ConfigError, DataLossError
 from fairstream.spark._extra import missing_extra
 from fairstream.spark.cluster import GroupClient
+from fairstream.spark.columns import TaskPartition, kafka_schema, select
 from fairstream.spark.handlers import decode_handler, handle_batches
 from fairstream.spark.planning import Chunk, PartitionState
 from fairstream.spark.reading import read_task
-from fairstream.spark.source import FairstreamDataSource, TaskPartition, kafka_schema, select
 from fairstream.spark.streamoptions import StreamOptions
 from fairstream.spark.streamplan import (
     Position,
@@ -56,7 +55,6 @@ from fairstream.spark.streamplan import (
 
 try:
     import pyarrow as pa
-    from pyspark.sql import SparkSession
     from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
@@ -67,17 +65,9 @@ try:
 except ImportError as exc:
     raise missing_extra(exc) from exc
 
-__all__ = ["RefusedReader", "StreamOptions", "StreamReader", "log_ends", "register"]
+__all__ = ["RefusedReader", "StreamOptions", "StreamReader", "log_ends"]
 
 log = structlog.get_logger(__name__)
-
-
-def register(spark: SparkSession) -> None:
-    """Register the ``fairstream`` format (batch and streaming) with ``spark``.
-
-    Registering again is harmless: the same class replaces itself.
-    """
-    spark.dataSource.register(FairstreamDataSource)
 
 
 def log_ends(reported: Mapping[str, Any] | None) -> dict[TopicPartition, int]:

@@ -20,9 +20,9 @@ from fairstream.ranges import decode_shadow
 from fairstream.spark import register
 from fairstream.spark.backfill import spark_cause
 from fairstream.spark.cluster import read_states
+from fairstream.spark.columns import TaskPartition
 from fairstream.spark.listener import GroupCommitter
 from fairstream.spark.planning import Chunk
-from fairstream.spark.source import TaskPartition
 from fairstream.spark.stream import StreamOptions, StreamReader
 from tests.conftest import Broker
 from tests.spark.conftest import fill_topic, record_value
