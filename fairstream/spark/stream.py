@@ -21,7 +21,9 @@ every partition, with -2/-1 for earliest/latest); ``maxOffsetsPerTrigger``;
 fairstream's ``admission`` (``fair`` | ``proportional``), ``parallelCatchUp``,
 ``catchUpThreshold``, ``catchUpShare``, ``commitToGroup`` (default true) and
 ``maxTasks`` (Spark tasks per batch, default 8); the batch source's
-``stall_timeout``, ``batch_size``, ``handler`` and ``kafka.<key>``.
+``stall_timeout`` (or Spark's ``kafkaConsumer.pollTimeoutMs``, in ms), ``batch_size``,
+``handler`` and ``kafka.<key>``; Spark's ``fetchOffset.numRetries`` and
+``fetchOffset.retryIntervalMs`` for the driver's offset reads.
 """
 
 from __future__ import annotations
@@ -109,7 +111,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _client(self) -> GroupClient:
         if self._group is None:
             o = self.options
-            self._group = GroupClient(o.read.bootstrap, o.group_id, o.read.kafka_config)
+            self._group = GroupClient(
+                o.read.bootstrap, o.group_id, o.read.kafka_config, o.offset_retry
+            )
         return self._group
 
     def _states(self) -> list[PartitionState]:
