@@ -57,6 +57,9 @@ class OffsetRetry:
     """Seconds."""
 
 
+_ONCE = OffsetRetry(attempts=1)
+
+
 class GroupClient:
     """A group's offsets and its topics' log starts and ends, without joining it."""
 
@@ -69,7 +72,8 @@ class GroupClient:
     ) -> None:
         self.bootstrap = bootstrap
         self.group_id = group_id
-        self.retry = retry or OffsetRetry()
+        self.retry = retry or _ONCE
+        """The source's ``fetchOffset.*``; a backfill asks once (its timeout is the wait)."""
         config = {**kafka_config, "bootstrap.servers": bootstrap, "logger": kafka_logger}
         try:
             self.consumer = Consumer({**config, "group.id": group_id, "enable.auto.commit": False})
