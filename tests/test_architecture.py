@@ -311,13 +311,6 @@ def test_aiokafka_internals_stay_in_the_kafka_folder() -> None:
     assert not found, f"aiokafka internals outside runtime/_kafka: {found}"
 
 
-KNOWN_CIRCLES = {
-    # fairstream/spark/source.py and stream.py: the spark branch (issue #36) removes it;
-    # merging that branch makes the test below fail until this entry goes too.
-    frozenset({"fairstream.spark.source", "fairstream.spark.stream"}),
-}
-
-
 def _circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
     """The strongly connected parts of an import graph with more than one module (Tarjan)."""
     index: dict[str, int] = {}
@@ -349,9 +342,8 @@ def _circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 
 def test_no_import_circle_anywhere_in_fairstream() -> None:
     """Lazy imports count: a circle broken only by importing late is still a circle."""
-    circles = set(_circles({name: _ours(path) for name, path in MODULES.items()}))
-    assert not circles - KNOWN_CIRCLES, [sorted(circle) for circle in circles - KNOWN_CIRCLES]
-    assert circles >= KNOWN_CIRCLES, "a known circle is gone: drop it from KNOWN_CIRCLES"
+    circles = _circles({name: _ours(path) for name, path in MODULES.items()})
+    assert not circles, [sorted(circle) for circle in circles]
 
 
 def test_the_circle_check_sees_a_circle_through_three_modules() -> None:
@@ -453,3 +445,4 @@ def test_spark_modules_do_not_import_their_package_face() -> None:
         if path.name != "__init__.py" and "fairstream.spark" in _imports(path)
     }
     assert not offenders
+

@@ -91,6 +91,26 @@ def add_stream(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="parallel catch-up for partitions more than N records behind (default: off)",
     )
     parser.add_argument(
+        "--poll-timeout-ms",
+        metavar="MS",
+        default=None,
+        help="fail a read that gets no record for this long (Spark's "
+        "kafkaConsumer.pollTimeoutMs; default 30000)",
+    )
+    parser.add_argument(
+        "--fetch-offset-retries",
+        metavar="N",
+        default=None,
+        help="attempts at reading the log ends and the group's offsets before the query "
+        "fails, the first one counted (Spark's fetchOffset.numRetries; default 3)",
+    )
+    parser.add_argument(
+        "--fetch-offset-retry-interval-ms",
+        metavar="MS",
+        default=None,
+        help="wait between those attempts (Spark's fetchOffset.retryIntervalMs; default 10)",
+    )
+    parser.add_argument(
         "--kafka-config",
         action="append",
         default=[],
@@ -106,6 +126,9 @@ _STREAM_FLAGS = {
     "kafka.group.id": "--group",
     "subscribe": "--topics",
     "maxOffsetsPerTrigger": "--max-records",
+    "kafkaConsumer.pollTimeoutMs": "--poll-timeout-ms",
+    "fetchOffset.numRetries": "--fetch-offset-retries",
+    "fetchOffset.retryIntervalMs": "--fetch-offset-retry-interval-ms",
     "handler": "--handler",
     "output": "--output",
     "handler/output": "--handler/--output",
@@ -130,6 +153,13 @@ def _run_stream(args: argparse.Namespace) -> int:
         options["maxOffsetsPerTrigger"] = str(args.max_records)
     if args.catch_up is not None:
         options |= {"parallelCatchUp": "true", "catchUpThreshold": str(args.catch_up)}
+    for name, value in (
+        ("kafkaConsumer.pollTimeoutMs", args.poll_timeout_ms),
+        ("fetchOffset.numRetries", args.fetch_offset_retries),
+        ("fetchOffset.retryIntervalMs", args.fetch_offset_retry_interval_ms),
+    ):
+        if value is not None:
+            options[name] = value
     try:
         job = StreamJob(
             bootstrap=args.bootstrap or "",

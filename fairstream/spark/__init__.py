@@ -8,19 +8,21 @@ confluent-kafka). Layout and import rules:
   planner ``fairstream.assign``; never ``fairstream.runtime``, ``testing`` or ``cli``.
   A Spark executor therefore loads neither aiokafka nor anyio
   (``tests/test_architecture.py`` checks both).
-- ``planning`` (ranges, chunks, placement, commits) and ``streamplan`` (a stream's
-  offsets and fair admission) are pure.
-- ``cluster`` is the driver's Kafka I/O (partition states, the final commit);
-  ``reading`` reads one task's chunks on an executor with confluent-kafka;
-  ``handlers`` loads and runs user handlers.
-- ``source`` is the PySpark Python data source named ``fairstream``; ``batchread``
-  plans its batch reads, ``stream`` is its Structured Streaming side
-  (``readStream``), ``sink`` its writer, ``streamoptions`` the options both read.
-  ``source`` imports ``stream`` late (inside the method that needs it) because
-  ``stream`` imports ``source``: the one import circle left in fairstream, which
-  the architecture test lists as known until it is broken.
+- ``planning`` (ranges, chunks, placement, commits), ``streamplan`` (a stream's
+  offsets and fair admission), ``offsetspec`` and ``streamoptions`` are pure (no
+  Kafka or Spark I/O).
+- ``cluster`` is the driver's Kafka I/O (partition states, commits); ``reading``
+  reads one task's chunks on an executor with confluent-kafka; ``handlers`` loads
+  and runs user handlers.
+- ``source`` is the PySpark Python data source named ``fairstream`` (also found by
+  PySpark itself through the top-level ``pyspark_fairstream`` module); its readers
+  run in the executors. It makes ``stream``'s reader for ``spark.readStream``,
+  ``batchread`` plans a ``spark.read`` with Spark's options, and ``sink`` writes to
+  Kafka. ``columns`` holds what the batch and stream readers share, so ``stream``
+  never imports ``source``: imports among these modules go one way
+  (``tests/test_architecture.py`` checks it, lazy imports counted).
 - ``backfill`` drives a batch job and ``streamjob`` a streaming one; ``listener``
-  commits a stream's progress. ``handoff`` builds a
+  commits a stream's progress after each batch. ``handoff`` builds a
   ``ParallelRebalance(handoff=...)`` callable around
   :func:`submit_shadow_backfill`: the runtime takes any such callable and never
   imports this package.
@@ -45,8 +47,7 @@ if TYPE_CHECKING:
     )
     from fairstream.spark.handlers import BackfillRecord, Handler
     from fairstream.spark.listener import GroupCommitter
-    from fairstream.spark.source import FairstreamDataSource, read_chunks
-    from fairstream.spark.stream import register
+    from fairstream.spark.source import FairstreamDataSource, read_chunks, register
 
 __all__ = [
     "BackfillJob",
@@ -71,7 +72,7 @@ _HOMES = {
     "Handler": "handlers",
     "build_session": "backfill",
     "read_chunks": "source",
-    "register": "stream",
+    "register": "source",
     "run_backfill": "backfill",
     "submit_shadow_backfill": "backfill",
 }

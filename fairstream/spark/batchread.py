@@ -1,10 +1,10 @@
 """``spark.read.format("fairstream")`` with Spark's options: plan a bounded read.
 
 Spark's Kafka source reads ``[startingOffsets, endingOffsets)`` of every subscribed
-partition in a batch query; this plans the same ranges (on the driver, when Spark asks
-for the reader) and places them on tasks as a stream's batch is placed, so a hot
-partition is read by several tasks. Nothing is committed: a batch read is not a
-consumer of the group.
+partition in a batch query (either end may be given by timestamp instead); this plans
+the same ranges (on the driver, when Spark asks for the reader) and places them on
+tasks as a stream's batch is placed, so a hot partition is read by several tasks.
+Nothing is committed: a batch read is not a consumer of the group.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import structlog
 
 from fairstream.errors import ConfigError, DataLossError
 from fairstream.spark.cluster import GroupClient
-from fairstream.spark.offsetspec import ending_offsets
 from fairstream.spark.planning import Chunk
 from fairstream.spark.streamoptions import BatchOptions
 from fairstream.spark.streamplan import Position, batch_ranges, losses, plan_tasks
@@ -35,20 +34,19 @@ def plan_read(options: BatchOptions) -> list[list[Chunk]]:
     """
     o = options
     group = o.group_id or _STATE_GROUP
-    client = GroupClient(o.read.bootstrap, group, o.read.kafka_config)
+    client = GroupClient(o.read.bootstrap, group, o.read.kafka_config, o.offset_retry)
     try:
         states = o.subscription.states(client, quiet=False)
         starts = o.starting.positions(states, client.offsets_for_times)
+        ends = o.ending.ends(states, client.offsets_for_times)
     finally:
         client.close()
-    ends = ending_offsets(o.ending, states)
     for tp, end in ends.items():
         if end < starts[tp].next:
             raise ConfigError(
-                "endingOffsets",
-                o.ending,
+                *o.ending.option,
                 f"ends {tp[0]} partition {tp[1]} at {end}, before its start {starts[tp].next}",
-                "end at or after startingOffsets",
+                "end at or after the start",
             )
     logs = {(s.topic, s.partition): (s.log_start, s.log_end) for s in states}
     for loss in losses(starts, logs):

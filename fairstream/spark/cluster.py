@@ -14,9 +14,11 @@ commits them itself instead.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 import structlog
 
@@ -31,7 +33,7 @@ try:
 except ImportError as exc:
     raise missing_extra(exc) from exc
 
-__all__ = ["GroupClient", "commit", "kafka_logger", "read_states"]
+__all__ = ["GroupClient", "OffsetRetry", "commit", "kafka_logger", "read_states"]
 
 log = structlog.get_logger(__name__)
 
@@ -41,13 +43,37 @@ kafka_logger.addHandler(logging.NullHandler())
 
 _NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group never committed here
 
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetRetry:
+    """How often the driver asks again for offsets the brokers did not give: Spark's
+    ``fetchOffset.numRetries`` (attempts in all, the first counted, as Spark counts
+    them) and ``fetchOffset.retryIntervalMs`` (the wait between two)."""
+
+    attempts: int = 3
+    interval: float = 0.01
+    """Seconds."""
+
+
+_ONCE = OffsetRetry(attempts=1)
+
 
 class GroupClient:
     """A group's offsets and its topics' log starts and ends, without joining it."""
 
-    def __init__(self, bootstrap: str, group_id: str, kafka_config: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        group_id: str,
+        kafka_config: Mapping[str, str],
+        retry: OffsetRetry | None = None,
+    ) -> None:
         self.bootstrap = bootstrap
         self.group_id = group_id
+        self.retry = retry or _ONCE
+        """The source's ``fetchOffset.*``; a backfill asks once (its timeout is the wait)."""
         config = {**kafka_config, "bootstrap.servers": bootstrap, "logger": kafka_logger}
         try:
             self.consumer = Consumer({**config, "group.id": group_id, "enable.auto.commit": False})
@@ -60,8 +86,29 @@ class GroupClient:
     def close(self) -> None:
         self.consumer.close()
 
+    def _retrying(self, doing: str, fetch: Callable[[], _T]) -> _T:
+        """``fetch()``, asked again after a :class:`BrokerError` until :attr:`retry`'s
+        attempts are spent, as Spark retries its offset reads (a topic that does not
+        exist is a :class:`ConfigError`, never asked again).
+
+        :raises BrokerError: the last attempt's.
+        """
+        attempt = 1
+        while True:
+            try:
+                return fetch()
+            except BrokerError as error:
+                if attempt >= self.retry.attempts:
+                    raise
+                log.warning("offsets_fetch_retried", doing=doing, attempt=attempt, error=str(error))
+                time.sleep(self.retry.interval)
+                attempt += 1
+
     def topic_names(self, *, timeout: float = 15.0) -> list[str]:
         """Every topic on the cluster (for a subscription by pattern)."""
+        return self._retrying("topic_names", lambda: self._topic_names(timeout))
+
+    def _topic_names(self, timeout: float) -> list[str]:
         try:
             return list(self.consumer.list_topics(timeout=timeout).topics)
         except KafkaException as exc:
@@ -75,8 +122,20 @@ class GroupClient:
         ``quiet`` logs nothing (the streaming source reads the states every batch).
 
         :raises ConfigError: a topic does not exist.
-        :raises BrokerError: the cluster did not answer within ``timeout`` seconds.
+        :raises BrokerError: the cluster did not answer within ``timeout`` seconds, in
+            any of :attr:`retry`'s attempts.
         """
+        states = self._retrying("states", lambda: self._states(topics, timeout))
+        if not quiet:
+            log.info(
+                "group_state_read",
+                group_id=self.group_id,
+                topics=list(topics),
+                partitions=len(states),
+            )
+        return states
+
+    def _states(self, topics: Sequence[str], timeout: float) -> list[PartitionState]:
         try:
             wanted = []
             for topic in topics:
@@ -92,7 +151,7 @@ class GroupClient:
             ends = self._log_offsets(wanted, latest, timeout)
         except KafkaException as exc:
             raise self._failed(f"cannot read offsets of group {self.group_id!r}", exc) from exc
-        states = [
+        return [
             PartitionState(
                 topic=tp.topic,
                 partition=tp.partition,
@@ -103,20 +162,17 @@ class GroupClient:
             )
             for tp in committed
         ]
-        if not quiet:
-            log.info(
-                "group_state_read",
-                group_id=self.group_id,
-                topics=list(topics),
-                partitions=len(states),
-            )
-        return states
 
     def offsets_for_times(
         self, times: Mapping[tuple[str, int], int], *, timeout: float = 15.0
     ) -> dict[tuple[str, int], int]:
         """Each partition's first offset with a timestamp at or after its time (ms), or
         -1 where none is (Kafka's ListOffsets by timestamp, one request a broker)."""
+        return self._retrying("offsets_for_times", lambda: self._offsets_for_times(times, timeout))
+
+    def _offsets_for_times(
+        self, times: Mapping[tuple[str, int], int], timeout: float
+    ) -> dict[tuple[str, int], int]:
         asked = [TopicPartition(topic, partition, ms) for (topic, partition), ms in times.items()]
         try:
             answered = self.consumer.offsets_for_times(asked, timeout=timeout)

@@ -116,7 +116,7 @@ def is_async(handler: Handler) -> bool:
 
 
 def records_of(batch: pa.RecordBatch) -> list[BackfillRecord]:
-    """The batch's rows as records (columns as in :data:`fairstream.spark.source.SCHEMA`)."""
+    """The batch's rows as records (columns as in :data:`fairstream.spark.columns.SCHEMA`)."""
     millis = batch.column("timestamp").cast(pa.int64()).to_pylist()
     headers = batch.column("headers").to_pylist()
     return [
@@ -147,7 +147,7 @@ def handle_batches(
     """The function that runs ``handler`` on every record of a task's Arrow batches.
 
     It yields one row per batch with the number of records handled
-    (:data:`COUNT_SCHEMA`). An exception from the handler fails the task, and so
+    (:data:`.columns.COUNT_SCHEMA`). An exception from the handler fails the task, and so
     the job, and nothing gets committed.
     """
     awaiting = is_async(handler)

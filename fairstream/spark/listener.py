@@ -91,7 +91,9 @@ class GroupCommitter(StreamingQueryListener):
         if not o.commit_to_group:
             return
         if self._client is None:
-            self._client = GroupClient(o.read.bootstrap, o.group_id, o.read.kafka_config)
+            self._client = GroupClient(
+                o.read.bootstrap, o.group_id, o.read.kafka_config, o.offset_retry
+            )
         try:
             states = o.subscription.states(self._client)
             current = {(s.topic, s.partition): (s.committed, s.metadata) for s in states}

@@ -1,10 +1,13 @@
-"""``startingOffsets`` and ``endingOffsets``: Spark's offset options against the logs.
+"""Where a read starts and a batch read ends: Spark's offset options against the logs.
 
 Spark's Kafka source takes ``earliest``, ``latest`` or JSON naming an offset for every
 partition (-2 earliest, -1 latest); this source adds ``committed`` (the group's
 commit, with its open catch-up ranges) for starting a stream. JSON must name every
 partition of the subscribed topics, as Spark requires: one left out would start or end
-somewhere the user did not say.
+somewhere the user did not say. By timestamp, a start or end is the first offset whose
+timestamp is at or after the time (Kafka's ListOffsets by timestamp): a start takes
+``startingTimestamp`` over ``startingOffsetsByTimestamp`` over ``startingOffsets``, an
+end ``endingTimestamp`` over ``endingOffsetsByTimestamp`` over ``endingOffsets``.
 
 Pure: reads :class:`~.planning.PartitionState` values, does no I/O.
 """
@@ -20,11 +23,12 @@ from fairstream.spark.planning import PartitionState
 from fairstream.spark.streamplan import Position, TopicPartition
 
 __all__ = [
+    "End",
     "Start",
     "ending_offsets",
     "starting_positions",
-    "starting_times",
     "timestamp_positions",
+    "timestamp_times",
 ]
 
 Lookup = Callable[[Mapping[TopicPartition, int]], Mapping[TopicPartition, int]]
@@ -47,10 +51,46 @@ class Start:
 
         :raises ConfigError: a bad option, or no record late enough (strategy error).
         """
-        times = starting_times(self.by_timestamp, self.timestamp, states)
+        option = "startingOffsetsByTimestamp"
+        times = timestamp_times(option, self.by_timestamp, self.timestamp, states)
         if times is None:
             return starting_positions(self.offsets, states)
         return timestamp_positions(times, lookup(times), states, self.strategy)
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """Where a batch read ends: ``endingOffsets``, or by timestamp when one is given."""
+
+    offsets: str = "latest"
+    by_timestamp: str | None = None
+    timestamp: int | None = None
+
+    @property
+    def option(self) -> tuple[str, str]:
+        """The option that decides, and its value (for errors)."""
+        if self.timestamp is not None:
+            return "endingTimestamp", str(self.timestamp)
+        if self.by_timestamp is not None:
+            return "endingOffsetsByTimestamp", self.by_timestamp
+        return "endingOffsets", self.offsets
+
+    def ends(self, states: Sequence[PartitionState], lookup: Lookup) -> dict[TopicPartition, int]:
+        """Each partition's end (exclusive); ``lookup`` is asked only for an end by
+        timestamp. As in Spark, a partition with no record that late ends at its log end.
+
+        :raises ConfigError: a bad option.
+        """
+        option = "endingOffsetsByTimestamp"
+        times = timestamp_times(option, self.by_timestamp, self.timestamp, states)
+        if times is None:
+            return ending_offsets(self.offsets, states)
+        found = lookup(times)
+        ends = {}
+        for s in states:
+            offset = found.get((s.topic, s.partition), -1)
+            ends[s.topic, s.partition] = s.log_end if offset < 0 else offset
+        return ends
 
 
 def starting_positions(
@@ -123,12 +163,13 @@ def _every_partition(
     return offsets
 
 
-def starting_times(
-    by_timestamp: str | None, timestamp: int | None, states: Sequence[PartitionState]
+def timestamp_times(
+    option: str, by_timestamp: str | None, timestamp: int | None, states: Sequence[PartitionState]
 ) -> dict[TopicPartition, int] | None:
-    """The time (ms) each partition starts at, by Spark's ``startingTimestamp`` (every
-    partition; it wins) or ``startingOffsetsByTimestamp`` (JSON naming every
-    partition); ``None`` when neither is given.
+    """The time (ms) each partition starts or ends at: Spark's ``startingTimestamp`` /
+    ``endingTimestamp`` (every partition; it wins) or ``option``, JSON naming every
+    partition (``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp``); ``None``
+    when neither is given.
 
     :raises ConfigError: JSON that is bad or leaves a partition out.
     """
@@ -136,7 +177,7 @@ def starting_times(
         return {(s.topic, s.partition): timestamp for s in states}
     if by_timestamp is None:
         return None
-    return _every_partition("startingOffsetsByTimestamp", by_timestamp, states, "JSON")
+    return _every_partition(option, by_timestamp, states, "JSON")
 
 
 def timestamp_positions(

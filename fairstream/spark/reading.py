@@ -49,7 +49,7 @@ ARROW_SCHEMA = pa.schema(
 )
 """Every column a reader fills, in Arrow. Spark rejects batches whose schema differs from
 the DataFrame's in any way, so each source selects its own columns from these
-(:data:`.source.SCHEMA` for backfills, :func:`.source.kafka_schema` for Spark's
+(:data:`.columns.SCHEMA` for backfills, :func:`.columns.kafka_schema` for Spark's
 options)."""
 
 _READER_GROUP = "fairstream-spark-reader"

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, cast
 
 from fairstream.errors import ConfigError
 from fairstream.spark._extra import missing_extra
+from fairstream.spark.columns import COUNT_SCHEMA, SCHEMA, TaskPartition, kafka_schema, select
 from fairstream.spark.handlers import Handler, decode_handler, encode_handler, handle_batches
 from fairstream.spark.planning import Chunk
 from fairstream.spark.reading import ReadSettings, read_task
@@ -45,79 +46,17 @@ try:
         DataSourceWriter,
         InputPartition,
     )
-    from pyspark.sql.types import (
-        ArrayType,
-        BinaryType,
-        IntegerType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
+    from pyspark.sql.types import StructType
 except ImportError as exc:
     raise missing_extra(exc) from exc
 
 __all__ = [
-    "COUNT_SCHEMA",
-    "SCHEMA",
     "FairstreamDataSource",
     "handle_chunks",
-    "kafka_schema",
     "read_chunks",
-    "select",
+    "register",
     "settings_from_options",
 ]
-
-_HEADERS = StructField(
-    "headers",
-    ArrayType(
-        StructType([StructField("key", StringType(), False), StructField("value", BinaryType())]),
-        containsNull=False,
-    ),
-    True,
-)
-_FIELDS = {
-    field.name: field
-    for field in (
-        StructField("key", BinaryType(), True),
-        StructField("value", BinaryType(), True),
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("offset", LongType(), False),
-        StructField("timestamp", TimestampType(), True),
-        StructField("timestampType", IntegerType(), True),
-        _HEADERS,
-    )
-}
-
-SCHEMA = StructType(
-    [_FIELDS[name] for name in ("topic", "partition", "offset", "timestamp", "key", "value")]
-    + [_HEADERS]
-)
-"""A backfill's columns (the ``tasks`` form, and its Parquet files), as documented."""
-
-
-def kafka_schema(include_headers: bool) -> StructType:
-    """The columns of Spark's own Kafka source, in its order; ``headers`` only when
-    asked for (its ``includeHeaders`` option)."""
-    names = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
-    return StructType([_FIELDS[name] for name in names] + ([_HEADERS] if include_headers else []))
-
-
-COUNT_SCHEMA = StructType([StructField("records", LongType(), False)])
-"""The DataFrame of :func:`handle_chunks`: records handled per batch."""
-
-
-class TaskPartition(InputPartition):
-    """One Spark input partition: the chunks one task reads, in order, and the chunks
-    whose readers it starts, at their first offsets, for the next batch to read
-    (``warm``; see :func:`.streamplan.hold_new_reads`)."""
-
-    def __init__(self, index: int, chunks: Sequence[Chunk], warm: Sequence[Chunk] = ()) -> None:
-        super().__init__(index)
-        self.chunks = tuple(chunks)
-        self.warm = tuple(warm)
 
 
 class _Reader(DataSourceReader):
@@ -134,7 +73,11 @@ class _Reader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> list[TaskPartition]:
-        return [TaskPartition(i, chunks) for i, chunks in enumerate(self.tasks)]
+        """One partition per planned task, and one without chunks for a read of no
+        records: PySpark replaces an empty list by a bare ``InputPartition(None)``,
+        which :meth:`read` could not read."""
+        tasks = self.tasks or [[]]
+        return [TaskPartition(i, chunks) for i, chunks in enumerate(tasks)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         batches = read_task(self.settings, cast(TaskPartition, partition).chunks)
@@ -192,12 +135,22 @@ class FairstreamDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """``spark.readStream.format("fairstream")``: see :mod:`fairstream.spark.stream`."""
-        from fairstream.spark.stream import RefusedReader, StreamReader  # needs this module
+        from fairstream.spark.stream import RefusedReader, StreamReader
 
         try:
             return StreamReader(StreamOptions.parse(self.options))
         except ConfigError as error:
             return RefusedReader(error)
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``fairstream`` format (batch and streaming) with ``spark``.
+
+    Rarely needed: PySpark finds it by itself where fairstream is installed
+    (``pyspark_fairstream``). Registering again is harmless: the same class replaces
+    itself.
+    """
+    spark.dataSource.register(FairstreamDataSource)
 
 
 def _sink_options(options: Mapping[str, str], schema: StructType, overwrite: bool) -> SinkOptions:
@@ -210,12 +163,6 @@ def _sink_options(options: Mapping[str, str], schema: StructType, overwrite: boo
     parsed = SinkOptions.parse(options)
     parsed.check(schema)
     return parsed
-
-
-def select(batches: Iterator[pa.RecordBatch], schema: StructType) -> Iterator[pa.RecordBatch]:
-    """The readers' batches with the columns of ``schema``, in its order (no copy)."""
-    names = schema.fieldNames()
-    return (batch.select(names) for batch in batches)
 
 
 def settings_from_options(options: Mapping[str, str]) -> ReadSettings:
@@ -287,7 +234,7 @@ def _load(
     settings: ReadSettings,
     extra: Mapping[str, str],
 ) -> DataFrame:
-    spark.dataSource.register(FairstreamDataSource)
+    register(spark)
     options = {
         "bootstrap": settings.bootstrap,
         "tasks": tasks_to_json(tasks),

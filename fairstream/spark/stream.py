@@ -7,7 +7,6 @@ Spark tasks with the lag planner, and commits the group's offsets after Spark ha
 committed a batch. The executors read with the batch source's
 :func:`~fairstream.spark.reading.read_task`.
 
->>> fairstream.spark.register(spark)  # doctest: +SKIP
 >>> (spark.readStream.format("fairstream")
 ...  .option("kafka.bootstrap.servers", "kafka:9092").option("subscribe", "clicks")
 ...  .option("kafka.group.id", "clicks-pipeline")
@@ -22,7 +21,9 @@ every partition, with -2/-1 for earliest/latest); ``maxOffsetsPerTrigger``;
 fairstream's ``admission`` (``fair`` | ``proportional``), ``parallelCatchUp``,
 ``catchUpThreshold``, ``catchUpShare``, ``commitToGroup`` (default true) and
 ``maxTasks`` (Spark tasks per batch, default 8); the batch source's
-``stall_timeout``, ``batch_size``, ``handler`` and ``kafka.<key>``.
+``stall_timeout`` (or Spark's ``kafkaConsumer.pollTimeoutMs``, in ms), ``batch_size``,
+``handler`` and ``kafka.<key>``; Spark's ``fetchOffset.numRetries`` and
+``fetchOffset.retryIntervalMs`` for the driver's offset reads.
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ import structlog
 from fairstream.errors import ConfigError, DataLossError
 from fairstream.spark._extra import missing_extra
 from fairstream.spark.cluster import GroupClient
+from fairstream.spark.columns import TaskPartition, kafka_schema, select
 from fairstream.spark.handlers import decode_handler, handle_batches
 from fairstream.spark.planning import Chunk, PartitionState
 from fairstream.spark.reading import read_task
-from fairstream.spark.source import FairstreamDataSource, TaskPartition, kafka_schema, select
 from fairstream.spark.streamoptions import StreamOptions
 from fairstream.spark.streamplan import (
     Position,
@@ -56,7 +57,6 @@ from fairstream.spark.streamplan import (
 
 try:
     import pyarrow as pa
-    from pyspark.sql import SparkSession
     from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
@@ -67,17 +67,9 @@ try:
 except ImportError as exc:
     raise missing_extra(exc) from exc
 
-__all__ = ["RefusedReader", "StreamOptions", "StreamReader", "log_ends", "register"]
+__all__ = ["RefusedReader", "StreamOptions", "StreamReader", "log_ends"]
 
 log = structlog.get_logger(__name__)
-
-
-def register(spark: SparkSession) -> None:
-    """Register the ``fairstream`` format (batch and streaming) with ``spark``.
-
-    Registering again is harmless: the same class replaces itself.
-    """
-    spark.dataSource.register(FairstreamDataSource)
 
 
 def log_ends(reported: Mapping[str, Any] | None) -> dict[TopicPartition, int]:
@@ -119,7 +111,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _client(self) -> GroupClient:
         if self._group is None:
             o = self.options
-            self._group = GroupClient(o.read.bootstrap, o.group_id, o.read.kafka_config)
+            self._group = GroupClient(
+                o.read.bootstrap, o.group_id, o.read.kafka_config, o.offset_retry
+            )
         return self._group
 
     def _states(self) -> list[PartitionState]:

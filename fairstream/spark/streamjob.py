@@ -22,7 +22,8 @@ from fairstream.spark._extra import missing_extra
 from fairstream.spark.backfill import build_session, spark_cause
 from fairstream.spark.handlers import Handler, encode_handler, load_handler
 from fairstream.spark.listener import GroupCommitter
-from fairstream.spark.stream import log_ends, register
+from fairstream.spark.source import register
+from fairstream.spark.stream import log_ends
 from fairstream.spark.streamplan import StreamOffset, lag_by_topic
 
 try:

@@ -10,8 +10,9 @@ group is the point, so it is required). fairstream's own options (``admission``,
 release and log ``option_renamed``.
 
 Spark refuses some ``kafka.*`` keys because the source manages them; so does this
-one, naming what to use instead. Spark options this source does not implement yet are
-refused by name too, rather than reported as unknown or silently ignored.
+one, naming what to use instead. ``groupIdPrefix``, which makes no sense for a source
+that commits to a named group, is refused by name too, rather than reported as
+unknown or silently ignored.
 
 Pure: no PySpark import, so the rules are tested without a Spark session.
 """
@@ -26,16 +27,20 @@ from typing import Any, cast
 import structlog
 
 from fairstream.errors import ConfigError
-from fairstream.spark.offsetspec import Start
+from fairstream.spark.cluster import OffsetRetry
+from fairstream.spark.offsetspec import End, Start
 from fairstream.spark.reading import ReadSettings
 from fairstream.spark.streamplan import Admission
 from fairstream.spark.subscription import Subscription, subscription
 
 __all__ = [
+    "POLL_TIMEOUT",
+    "REFUSED",
     "RENAMED",
     "RESERVED",
     "BatchOptions",
     "StreamOptions",
+    "offset_retry",
     "positive_number",
     "read_settings",
     "spark_names",
@@ -60,20 +65,28 @@ RESERVED = {
 }
 """``kafka.*`` keys Spark's Kafka source refuses, and why this one does too."""
 
-_NOT_YET = (
-    *("endingOffsetsByTimestamp", "groupIdPrefix", "kafkaConsumer.pollTimeoutMs"),
-    *("fetchOffset.numRetries", "fetchOffset.retryIntervalMs"),
-)
-"""Spark Kafka source options this source does not implement (yet)."""
+REFUSED = {
+    "groupIdPrefix": (
+        "Spark's source reads with a group it generates from this prefix; the fairstream "
+        "source commits to a group you name",
+        "set kafka.group.id instead",
+    ),
+}
+"""Spark Kafka source options this source refuses, with why and what to do."""
+
+POLL_TIMEOUT = ("kafkaConsumer.pollTimeoutMs", "kafka.consumer.pollTimeoutMs")
+"""Spark's executor poll timeout (ms), and the spelling beside the other ``kafka.*``
+keys: both set this source's ``stall_timeout``, in ms."""
 
 _OWN = (
     *("kafka.bootstrap.servers", "subscribe", "subscribePattern", "assign", "kafka.group.id"),
     "startingOffsets",
+    *("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp"),
+    *("fetchOffset.numRetries", "fetchOffset.retryIntervalMs", *POLL_TIMEOUT),
     *("maxOffsetsPerTrigger", "admission", "parallelCatchUp", "catchUpThreshold"),
     *("catchUpShare", "commitToGroup", "maxTasks", "stall_timeout", "batch_size", "handler"),
     "includeHeaders",
     "failOnDataLoss",
-    "endingOffsets",
     *("minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions"),
     *("startingOffsetsByTimestamp", "startingTimestamp", "startingOffsetsByTimestampStrategy"),
 )
@@ -84,21 +97,16 @@ _KNOWN = frozenset(name.lower() for name in [*_OWN, *RENAMED, "path"])
 def spark_names(options: Mapping[str, str]) -> dict[str, str]:
     """``options`` lower-cased, with former names replaced by Spark's, checked.
 
-    :raises ConfigError: an unknown, reserved or unimplemented option, or one given
-        under both its former and its Spark name.
+    :raises ConfigError: an unknown, reserved or refused option, or one given under
+        both its former and its Spark name.
     """
     given = {key.lower(): str(value) for key, value in options.items()}
-    not_yet = {name.lower(): name for name in _NOT_YET}
+    refused = {name.lower(): name for name in REFUSED}
     for key, value in given.items():
         if key in RESERVED:
             raise ConfigError(key, value, "not supported by the fairstream source", RESERVED[key])
-        if key in not_yet:
-            raise ConfigError(
-                not_yet[key],
-                value,
-                "Spark's Kafka option is not implemented by the fairstream source yet",
-                "see the README's Streaming on Spark section for the options it takes",
-            )
+        if key in refused:
+            raise ConfigError(refused[key], value, *REFUSED[refused[key]])
         if key not in _KNOWN and not key.startswith("kafka."):
             raise ConfigError(key, value, "unknown option of the fairstream source", _hint())
     for old, new in RENAMED.items():
@@ -138,15 +146,18 @@ class StreamOptions:
     """Spark's ``minOffsetsPerTrigger``: wait for this many records before a batch..."""
     max_trigger_delay: float = 900.0
     """...but no longer than this many seconds since the last batch (``maxTriggerDelay``)."""
+    offset_retry: OffsetRetry = field(default_factory=OffsetRetry)
+    """Spark's ``fetchOffset.numRetries`` and ``fetchOffset.retryIntervalMs``."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamOptions:
         """:raises ConfigError: an unknown option or a bad value, naming the option."""
         given = spark_names(options)
-        if "endingoffsets" in given:
-            raise ConfigError(
-                "endingOffsets", given["endingoffsets"], "a stream has no end", "use spark.read"
-            )
+        for name in _BATCH_ONLY:
+            if name.lower() in given:
+                raise ConfigError(
+                    name, given[name.lower()], "a stream has no end", "use spark.read"
+                )
         group_id = given.get("kafka.group.id")
         if not group_id:
             raise ConfigError(
@@ -172,24 +183,28 @@ class StreamOptions:
             min_tasks=_optional_int(given, "minPartitions") or 1,
             min_records=_optional_int(given, "minOffsetsPerTrigger"),
             max_trigger_delay=_duration(given, "maxTriggerDelay", 900.0),
+            offset_retry=offset_retry(given),
         )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchOptions:
     """``spark.read.format("fairstream")`` with Spark's options: the records between
-    ``startingOffsets`` (default earliest) and ``endingOffsets`` (default latest)."""
+    ``startingOffsets`` (default earliest) and ``endingOffsets`` (default latest), or a
+    start and end by timestamp."""
 
     read: ReadSettings
     subscription: Subscription
     group_id: str | None = None
     """Only for ``startingOffsets=committed``; a batch read commits nothing."""
     starting: Start = field(default_factory=lambda: Start("earliest"))
-    ending: str = "latest"
+    ending: End = field(default_factory=End)
     fail_on_data_loss: bool = True
     max_tasks: int = 8
     min_tasks: int = 1
     include_headers: bool = False
+    offset_retry: OffsetRetry = field(default_factory=OffsetRetry)
+    """Spark's ``fetchOffset.numRetries`` and ``fetchOffset.retryIntervalMs``."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> BatchOptions:
@@ -211,13 +226,20 @@ class BatchOptions:
             subscription=subscription(given),
             group_id=group_id,
             starting=starting,
-            ending=given.get("endingoffsets") or "latest",
+            ending=End(
+                given.get("endingoffsets") or "latest",
+                given.get("endingoffsetsbytimestamp"),
+                _millis(given, "endingTimestamp"),
+            ),
             fail_on_data_loss=_flag(given, "failOnDataLoss", True),
             max_tasks=_optional_int(given, "maxTasks") or 8,
             min_tasks=_optional_int(given, "minPartitions") or 1,
             include_headers=_flag(given, "includeHeaders", False),
+            offset_retry=offset_retry(given),
         )
 
+
+_BATCH_ONLY = ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp")
 
 _STREAM_ONLY = (
     *("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "admission"),
@@ -234,16 +256,51 @@ def read_settings(given: Mapping[str, str]) -> ReadSettings:
     bootstrap = given.get("kafka.bootstrap.servers")
     if not bootstrap:
         raise ConfigError("kafka.bootstrap.servers", None, "no brokers given", "e.g. 'host:9092'")
+    ours = {"kafka.bootstrap.servers", "kafka.group.id", *(name.lower() for name in POLL_TIMEOUT)}
     return ReadSettings(
         bootstrap=bootstrap,
-        stall_timeout=positive_number(given, "stall_timeout", 30.0),
+        stall_timeout=_stall_timeout(given),
         batch_size=int(positive_number(given, "batch_size", 10_000)),
         kafka_config={
             key.removeprefix("kafka."): value
             for key, value in given.items()
-            if key.startswith("kafka.") and key not in ("kafka.bootstrap.servers", "kafka.group.id")
+            if key.startswith("kafka.") and key not in ours
         },
     )
+
+
+def _stall_timeout(given: Mapping[str, str]) -> float:
+    """Seconds a reader may go without progress: ``stall_timeout``, or Spark's
+    ``kafkaConsumer.pollTimeoutMs`` in ms (Spark fails a task whose poll returns
+    nothing for that long; so does this source). One of them at most.
+
+    :raises ConfigError: two of them, or a value that is not a positive number.
+    """
+    named = [name for name in ("stall_timeout", *POLL_TIMEOUT) if name.lower() in given]
+    if len(named) > 1:
+        value = given[named[1].lower()]
+        raise ConfigError(named[1], value, f"given beside {named[0]}", f"keep {named[0]} only")
+    if named and named[0] in POLL_TIMEOUT:
+        return positive_number(given, named[0], 0) / 1000
+    return positive_number(given, "stall_timeout", 30.0)
+
+
+def offset_retry(given: Mapping[str, str]) -> OffsetRetry:
+    """Spark's ``fetchOffset.numRetries`` (attempts, default 3) and
+    ``fetchOffset.retryIntervalMs`` (default 10 ms) for the driver's offset reads.
+
+    :raises ConfigError: attempts not a positive integer, or a negative interval.
+    """
+    attempts = _optional_int(given, "fetchOffset.numRetries") or 3
+    interval = _number(given, "fetchOffset.retryIntervalMs", 10)
+    if interval < 0:
+        raise ConfigError(
+            "fetchOffset.retryIntervalMs",
+            given["fetchoffset.retryintervalms"],
+            "negative",
+            "e.g. 10",
+        )
+    return OffsetRetry(attempts=attempts, interval=interval / 1000)
 
 
 def _start(given: Mapping[str, str], default: str) -> Start:
@@ -252,19 +309,23 @@ def _start(given: Mapping[str, str], default: str) -> Start:
         raise ConfigError(
             "startingOffsetsByTimestampStrategy", strategy, "unknown strategy", "error or latest"
         )
-    timestamp = given.get("startingtimestamp")
-    try:
-        millis = None if timestamp is None else int(timestamp)
-    except ValueError:
-        raise ConfigError(
-            "startingTimestamp", timestamp, "not a time in ms since the epoch", "e.g. 1700000000000"
-        ) from None
     return Start(
         given.get("startingoffsets") or default,
         given.get("startingoffsetsbytimestamp"),
-        millis,
+        _millis(given, "startingTimestamp"),
         strategy,
     )
+
+
+def _millis(given: Mapping[str, str], name: str) -> int | None:
+    """A time in ms since the epoch (``startingTimestamp``, ``endingTimestamp``)."""
+    text = given.get(name.lower())
+    try:
+        return None if text is None else int(text)
+    except ValueError:
+        raise ConfigError(
+            name, text, "not a time in ms since the epoch", "e.g. 1700000000000"
+        ) from None
 
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}

@@ -40,13 +40,14 @@ def record_value(partition: int, offset: int) -> bytes:
     return f"value-{partition}-{offset}".encode()
 
 
-def fill_topic(bootstrap: str, counts: Sequence[int]) -> str:
-    """Create a topic with ``len(counts)`` partitions and ``counts[p]`` records in each.
+def fill_topic(bootstrap: str, counts: Sequence[int], topic: str | None = None) -> str:
+    """Create a topic (``topic``, or a new name) with ``len(counts)`` partitions and
+    ``counts[p]`` records in each.
 
     Every record has a key, a header and :func:`record_value`; the first record of
     each partition has no value (a tombstone), to check nulls survive.
     """
-    topic = f"spark-{uuid.uuid4().hex[:10]}"
+    topic = topic or f"spark-{uuid.uuid4().hex[:10]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(topic, len(counts), 1)]).values():
         future.result(timeout=30)

@@ -1,10 +1,12 @@
-"""A real Spark standalone cluster on 127.0.0.1: one master and two one-core workers.
+"""A real Spark standalone cluster on 127.0.0.1: one master and one-core workers.
 
 Started from the pyspark installation with its ``spark-class`` launcher, exactly as
 the README's cluster section says (``org.apache.spark.deploy.master.Master`` and
-``org.apache.spark.deploy.worker.Worker``), once per test session. The workers
-start executors with this interpreter and this checkout on ``PYTHONPATH``, so
-fairstream is importable there without installing a wheel on the "cluster".
+``org.apache.spark.deploy.worker.Worker``), once per test session. The workers of
+:func:`standalone` start executors with this interpreter and this checkout on
+``PYTHONPATH``, so fairstream is importable there without installing a wheel on the
+"cluster"; those of :func:`bare_standalone` have neither, as a cluster of machines
+that never saw fairstream: a job must bring it (``spark-submit --archives``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from pathlib import Path
 import pyspark
 import pytest
 
-SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
+SPARK_HOME = Path(pyspark.__file__).parent
+"""The Spark distribution that pip's pyspark carries (``bin/``, ``jars/``, ``python/lib``)."""
+SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -56,20 +60,23 @@ def _alive_workers(ui_port: int) -> int:
 
 
 @contextlib.contextmanager
-def start_cluster(logs: Path, workers: int = 2) -> Iterator[Cluster]:
+def start_cluster(logs: Path, workers: int = 2, *, checkout: bool = True) -> Iterator[Cluster]:
     """A master and ``workers`` one-core workers (1 GiB each) until the block ends.
 
     Shared with ``benchmarks/spark_stream_scale.py``, which compares one worker with two.
+    With ``checkout`` the executors run this interpreter with the checkout on their
+    path; without, the daemons get no ``PYTHONPATH`` or ``PYSPARK_PYTHON`` at all.
 
     :raises RuntimeError: the cluster did not come up within 90 s (with the logs' tails).
     """
     port, ui_port = _free_port(), _free_port()
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON")},
         "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": sys.executable,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }
+    if checkout:
+        env["PYSPARK_PYTHON"] = sys.executable
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     master = f"spark://127.0.0.1:{port}"
     commands = [
         [
@@ -134,6 +141,18 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Master + two workers (1 core, 1 GiB each); stopped at the end of the session."""
     try:
         cluster = start_cluster(tmp_path_factory.mktemp("spark-cluster"))
+        with cluster as started:
+            yield started
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def bare_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Master + one worker whose executors find no fairstream (nor this interpreter's
+    packages) unless the job ships them; stopped at the end of the session."""
+    try:
+        cluster = start_cluster(tmp_path_factory.mktemp("bare-cluster"), 1, checkout=False)
         with cluster as started:
             yield started
     except RuntimeError as exc:

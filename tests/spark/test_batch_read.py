@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -12,6 +14,7 @@ from pyspark.sql import SparkSession
 from fairstream.spark import register
 from tests.conftest import Broker
 from tests.spark.conftest import fill_topic, record_value
+from tests.spark.test_trigger_rules import timed_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 
@@ -110,3 +113,91 @@ def test_a_pattern_reads_every_matching_topic(spark: SparkSession, noida: Broker
     assert sorted((r["topic"], r["offset"]) for r in rows) == sorted(
         [*((first, o) for o in range(3)), *((second, o) for o in range(4))]
     )
+
+
+@pytest.mark.parametrize("empty", ["topic", "range"])
+def test_a_read_of_no_records_is_an_empty_frame(
+    spark: SparkSession, noida: Broker, empty: str
+) -> None:
+    # PySpark reads a planned read of no tasks as one bare InputPartition(None).
+    if empty == "topic":
+        topic = fill_topic(noida.bootstrap, [0, 0])
+        rows = read(spark, noida, topic)
+    else:
+        topic = fill_topic(noida.bootstrap, [5])
+        at = json.dumps({topic: {"0": 3}})
+        rows = read(spark, noida, topic, startingOffsets=at, endingOffsets=at)
+    assert rows == []
+
+
+def recent_topic(bootstrap: str, seconds: int) -> tuple[str, int]:
+    """A one-partition topic of ``seconds`` records a second apart, and the first one's
+    create time (ms). Recent: noida soon deletes records older than its retention."""
+    first = (int(time.time()) - seconds - 60) * 1000
+    return timed_topic(bootstrap, [first + 1000 * i for i in range(seconds)]), first
+
+
+Ending = Callable[[str, int], dict[str, str]]
+"""Ending options for a topic whose first record was created at the given ms."""
+
+
+def _at(topic: str, millis: int) -> str:
+    return json.dumps({topic: {"0": millis}})
+
+
+@pytest.mark.parametrize(
+    ("ending", "offsets"),
+    [
+        # the records before the first one that late
+        (lambda topic, first: {"endingTimestamp": str(first + 1500)}, [0, 1]),
+        (lambda topic, first: {"endingOffsetsByTimestamp": _at(topic, first + 2000)}, [0, 1]),
+        # no record that late: the log end, as in Spark
+        (lambda topic, first: {"endingOffsetsByTimestamp": _at(topic, first + 9000)}, [0, 1, 2, 3]),
+        # endingTimestamp wins over endingOffsets
+        (
+            lambda topic, first: {
+                "endingTimestamp": str(first + 500),
+                "endingOffsets": _at(topic, 3),
+            },
+            [0],
+        ),
+    ],
+)
+def test_a_batch_read_ends_by_timestamp(
+    spark: SparkSession, noida: Broker, ending: Ending, offsets: list[int]
+) -> None:
+    topic, first = recent_topic(noida.bootstrap, 4)
+    rows = read(spark, noida, topic, **ending(topic, first))
+    assert sorted(r["offset"] for r in rows) == offsets
+
+
+def test_an_end_by_timestamp_before_the_start_is_refused_naming_it(
+    spark: SparkSession, noida: Broker
+) -> None:
+    topic, first = recent_topic(noida.bootstrap, 3)
+    start, end = str(first + 1500), str(first + 500)
+    with pytest.raises(
+        Exception, match=f"endingTimestamp='{end}': ends .* at 1, before its start 2"
+    ):
+        read(spark, noida, topic, startingTimestamp=start, endingTimestamp=end)
+
+
+def test_spark_poll_timeout_fails_a_read_that_makes_no_progress(
+    spark: SparkSession, noida: Broker
+) -> None:
+    # An end past the log end: the reader waits for records that never come.
+    topic = fill_topic(noida.bootstrap, [5])
+    with pytest.raises(Exception, match=r"offset 5 of \[0, 50\) for 1.5 s"):
+        read(
+            spark,
+            noida,
+            topic,
+            endingOffsets=json.dumps({topic: {"0": 50}}),
+            **{"kafkaConsumer.pollTimeoutMs": "1500"},
+        )
+
+
+def test_fetch_offset_retries_are_taken(spark: SparkSession, noida: Broker) -> None:
+    topic = fill_topic(noida.bootstrap, [5])
+    retries = {"fetchOffset.numRetries": "5", "fetchOffset.retryIntervalMs": "100"}
+    assert len(read(spark, noida, topic, **retries)) == 5

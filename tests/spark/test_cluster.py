@@ -1,4 +1,5 @@
-"""A backfill and a streaming query on a real standalone cluster (master + two workers).
+"""Jobs on a real standalone cluster: a backfill and a streaming query (master + two
+workers), and a job submitted with its venv as an archive to a cluster without fairstream.
 
 Each command runs in its own process, as a user would run it: a test process can
 hold only one Spark driver, and the shared local session is already one.
@@ -6,6 +7,7 @@ hold only one Spark driver, and the shared local session is already one.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +19,14 @@ import pytest
 from fairstream.spark.cluster import read_states
 from tests.conftest import Broker
 from tests.spark.conftest import fill_topic, record_value
-from tests.spark.standalone import REPO, Cluster, standalone  # noqa: F401 (fixture)
+from tests.spark.standalone import (  # noqa: F401 (fixtures)
+    REPO,
+    SPARK_HOME,
+    Cluster,
+    bare_standalone,
+    standalone,
+)
+from tests.spark.venv_archive import VenvArchive, venv_archive  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 
@@ -73,3 +82,50 @@ def test_backfill_then_stream_on_a_standalone_cluster(
     assert offsets(tmp_path / "stream") == new
     states = read_states(noida.bootstrap, group_id, [topic])
     assert [s.committed for s in states] == [n + 200 for n in counts]
+
+
+@pytest.mark.timeout(300)
+def test_a_job_submitted_with_its_venv_as_an_archive_imports_fairstream_from_it(
+    bare_standalone: Cluster,  # noqa: F811
+    venv_archive: VenvArchive,  # noqa: F811
+    noida: Broker,
+    tmp_path: Path,
+) -> None:
+    # The README's spark-submit line: the executors' Python is the archive's, unpacked in
+    # their working directory; the driver's is the environment that was packed.
+    topic = fill_topic(noida.bootstrap, [30, 20])
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
+        "PYSPARK_DRIVER_PYTHON": str(venv_archive.venv / "bin" / "python"),
+        "PYSPARK_PYTHON": "./environment/bin/python",
+        "SPARK_HOME": str(SPARK_HOME),  # the driver's Python has no pyspark to find it by
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    done = subprocess.run(
+        [
+            SPARK_HOME / "bin" / "spark-submit",
+            *("--master", bare_standalone.master, "--executor-memory", "512m"),
+            *("--archives", f"{venv_archive.archive}#environment"),
+            REPO / "tests" / "spark" / "archive_job.py",
+            *(noida.bootstrap, topic),
+        ],
+        env=env,
+        cwd=tmp_path,  # not the checkout: nothing of it on any path
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert printed["rows"] == [
+        [p, o, record_value(p, o).decode() if o else None]
+        for p, n in enumerate([30, 20])
+        for o in range(n)
+    ]
+    # The job checked on each executor that fairstream came from ./environment.
+    assert len(printed["fairstream"]) == 2
+    assert all(
+        "/environment/lib/" in place and not place.startswith(str(REPO))
+        for place in printed["fairstream"]
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from pathlib import Path
 from typing import cast
 
@@ -20,9 +21,9 @@ from fairstream.ranges import decode_shadow
 from fairstream.spark import register
 from fairstream.spark.backfill import spark_cause
 from fairstream.spark.cluster import read_states
+from fairstream.spark.columns import TaskPartition
 from fairstream.spark.listener import GroupCommitter
 from fairstream.spark.planning import Chunk
-from fairstream.spark.source import TaskPartition
 from fairstream.spark.stream import StreamOptions, StreamReader
 from tests.conftest import Broker
 from tests.spark.conftest import fill_topic, record_value
@@ -339,3 +340,45 @@ def test_a_recreated_topic_is_data_loss_and_read_from_its_start_when_allowed(
     )
     offsets = sorted(o for _, o, _ in written(tmp_path / "out"))
     assert offsets == sorted([*range(20), *range(5)])  # the new topic's records, all of them
+
+
+def test_a_pattern_picks_up_a_matching_topic_created_while_the_query_runs(
+    spark: SparkSession, noida: Broker, group_id: str, tmp_path: Path
+) -> None:
+    prefix = f"pattern-{uuid.uuid4().hex[:8]}"
+    first = fill_topic(noida.bootstrap, [30, 20], topic=f"{prefix}-a")
+    register(spark)
+    options = {
+        "kafka.bootstrap.servers": noida.bootstrap,
+        "subscribePattern": f"{prefix}-.*",
+        "kafka.group.id": group_id,
+    }
+    out = tmp_path / "out"
+    query = (
+        spark.readStream.format("fairstream")
+        .options(**options)
+        .load()
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="1 second")
+        .start(str(out))
+    )
+    try:
+        query.processAllAvailable()
+        second = fill_topic(noida.bootstrap, [15, 5, 10], topic=f"{prefix}-b")
+        # Each call returns after a trigger that found nothing new; the one that lists
+        # the topics after the new one exists reads it.
+        deadline = time.monotonic() + 60
+        while sum(p["numInputRows"] for p in query.recentProgress) < 80:
+            assert time.monotonic() < deadline, query.recentProgress
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    table = pq.read_table(out, columns=["topic", "partition", "offset"])
+    rows = sorted(zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True))
+    counts = {first: [30, 20], second: [15, 5, 10]}
+    assert rows == sorted(  # the new topic from its first record, each record once
+        (t, p, o) for t, sizes in counts.items() for p, n in enumerate(sizes) for o in range(n)
+    )
+    # The trigger that found nothing new after it committed the new topic to the group too.
+    assert [s.committed for s in read_states(noida.bootstrap, group_id, [second])] == [15, 5, 10]

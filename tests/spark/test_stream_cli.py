@@ -32,7 +32,13 @@ def test_stream_writes_parquet_prints_batches_and_commits(
     args = ["stream", "--bootstrap", noida.bootstrap, "--group", group_id, "--topics", topic]
     out, checkpoint = tmp_path / "out", tmp_path / "ck"
     assert (
-        main([*args, "--output", str(out), "--checkpoint", str(checkpoint), "--max-records", "500"])
+        main(
+            [
+                *args,
+                *("--output", str(out), "--checkpoint", str(checkpoint), "--max-records", "500"),
+                *("--poll-timeout-ms", "20000", "--fetch-offset-retries", "5"),
+            ]
+        )
         == 0
     )
     captured = capsys.readouterr()
@@ -78,6 +84,15 @@ def test_run_stream_calls_the_handler_for_every_record(
     [
         (["--topics", "no-such-topic-here"], "'no-such-topic-here': no such topic"),
         (["--topics", "t", "--trigger", "soon"], "--trigger='soon': not available-now"),
+        (["--topics", "t", "--poll-timeout-ms", "0"], "--poll-timeout-ms='0': not a positive"),
+        (
+            ["--topics", "t", "--fetch-offset-retries", "none"],
+            "--fetch-offset-retries='none': not a positive integer",
+        ),
+        (
+            ["--topics", "t", "--fetch-offset-retry-interval-ms", "-5"],
+            "--fetch-offset-retry-interval-ms='-5': negative",
+        ),
     ],
 )
 def test_bad_input_prints_one_line_and_exits_2(

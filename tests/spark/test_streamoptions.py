@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 
 import pytest
 from structlog.testing import capture_logs
 
 from fairstream.errors import ConfigError
-from fairstream.spark.streamoptions import RENAMED, RESERVED, BatchOptions, StreamOptions
+from fairstream.spark.cluster import OffsetRetry
+from fairstream.spark.offsetspec import End
+from fairstream.spark.streamoptions import (
+    POLL_TIMEOUT,
+    RENAMED,
+    RESERVED,
+    BatchOptions,
+    StreamOptions,
+)
 
 SPARK = {
     "kafka.bootstrap.servers": "host:9092",
@@ -63,9 +72,58 @@ def test_auto_offset_reset_points_to_starting_offsets() -> None:
         StreamOptions.parse({**SPARK, "kafka.auto.offset.reset": "earliest"})
 
 
-def test_a_spark_option_not_implemented_yet_is_named_not_called_unknown() -> None:
-    with pytest.raises(ConfigError, match="groupIdPrefix='x': Spark's Kafka option is not"):
-        StreamOptions.parse({**SPARK, "groupidprefix": "x"})
+@pytest.mark.parametrize("parse", [StreamOptions.parse, BatchOptions.parse])
+def test_group_id_prefix_is_refused_by_name_for_the_group_it_needs(
+    parse: Callable[[Mapping[str, str]], object],
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse({**SPARK, "groupidprefix": "x"})
+    assert caught.value.field == "groupIdPrefix"
+    assert "commits to a group you name" in caught.value.problem
+    assert caught.value.hint == "set kafka.group.id instead"
+    assert len(str(caught.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", POLL_TIMEOUT)
+def test_spark_poll_timeout_in_ms_is_the_stall_timeout(name: str) -> None:
+    options = StreamOptions.parse({**SPARK, name: "2500"})
+    assert options.read.stall_timeout == 2.5
+    assert dict(options.read.kafka_config) == {}  # not a librdkafka key
+    assert BatchOptions.parse({**SPARK, name: "500"}).read.stall_timeout == 0.5
+    assert StreamOptions.parse(SPARK).read.stall_timeout == 30.0
+
+
+@pytest.mark.parametrize(
+    ("given", "field", "problem"),
+    [
+        ({"kafkaConsumer.pollTimeoutMs": "0"}, "kafkaConsumer.pollTimeoutMs", "not a positive"),
+        ({"kafkaConsumer.pollTimeoutMs": "x"}, "kafkaConsumer.pollTimeoutMs", "not a number"),
+        (
+            {"stall_timeout": "5", "kafkaConsumer.pollTimeoutMs": "9"},
+            "kafkaConsumer.pollTimeoutMs",
+            "given beside stall_timeout",
+        ),
+        ({"fetchOffset.numRetries": "0"}, "fetchOffset.numRetries", "not a positive integer"),
+        ({"fetchOffset.retryIntervalMs": "-1"}, "fetchOffset.retryIntervalMs", "negative"),
+        ({"fetchOffset.retryIntervalMs": "x"}, "fetchOffset.retryIntervalMs", "not a number"),
+    ],
+)
+def test_bad_poll_and_fetch_retry_values_name_their_option(
+    given: dict[str, str], field: str, problem: str
+) -> None:
+    for parse in (StreamOptions.parse, BatchOptions.parse):
+        with pytest.raises(ConfigError) as caught:
+            parse({**SPARK, **given})
+        assert (caught.value.field, caught.value.problem[: len(problem)]) == (field, problem)
+
+
+def test_fetch_offset_retries_as_spark_counts_them() -> None:
+    assert StreamOptions.parse(SPARK).offset_retry == OffsetRetry(attempts=3, interval=0.01)
+    given = {"fetchOffset.numRetries": "5", "fetchOffset.retryIntervalMs": "250"}
+    assert StreamOptions.parse({**SPARK, **given}).offset_retry == OffsetRetry(
+        attempts=5, interval=0.25
+    )
+    assert BatchOptions.parse({**SPARK, **given}).offset_retry.attempts == 5
 
 
 @pytest.mark.parametrize(
@@ -93,14 +151,37 @@ def test_required_options_are_named_by_their_spark_name(missing: str) -> None:
     assert caught.value.field == missing
 
 
-def test_a_stream_has_no_ending_offsets() -> None:
-    with pytest.raises(ConfigError, match="endingOffsets='latest': a stream has no end"):
-        StreamOptions.parse({**SPARK, "endingOffsets": "latest"})
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("endingOffsets", "latest"),
+        ("endingOffsetsByTimestamp", '{"clicks": {"0": 5}}'),
+        ("endingTimestamp", "5"),
+    ],
+)
+def test_a_stream_has_no_ending_offsets(name: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"{name}={value!r}: a stream has no end")):
+        StreamOptions.parse({**SPARK, name: value})
+
+
+def test_a_batch_read_ends_by_timestamp_when_told() -> None:
+    by_time = '{"clicks": {"0": 5}}'
+    parsed = BatchOptions.parse(
+        {**SPARK, "endingTimestamp": "1000", "endingOffsetsByTimestamp": by_time}
+    ).ending
+    assert parsed == End("latest", by_time, 1000)
+    assert parsed.option == ("endingTimestamp", "1000")  # it wins, as in Spark
+    assert BatchOptions.parse({**SPARK, "endingOffsetsByTimestamp": by_time}).ending.option == (
+        "endingOffsetsByTimestamp",
+        by_time,
+    )
+    with pytest.raises(ConfigError, match="endingTimestamp='soon': not a time in ms"):
+        BatchOptions.parse({**SPARK, "endingTimestamp": "soon"})
 
 
 def test_a_batch_read_refuses_stream_options_and_needs_no_group() -> None:
     batch = BatchOptions.parse({"kafka.bootstrap.servers": "h:1", "subscribe": "t"})
-    assert (batch.starting.offsets, batch.ending, batch.group_id) == ("earliest", "latest", None)
+    assert (batch.starting.offsets, batch.ending, batch.group_id) == ("earliest", End(), None)
     with pytest.raises(ConfigError, match="maxOffsetsPerTrigger='5': only for a stream"):
         BatchOptions.parse({**SPARK, "maxOffsetsPerTrigger": "5"})
     with pytest.raises(ConfigError, match="startingOffsets='committed': needs the group"):

@@ -1,4 +1,5 @@
-"""Spark's minOffsetsPerTrigger, maxTriggerDelay and minPartitions, on the driver's side.
+"""Spark's minOffsetsPerTrigger, maxTriggerDelay, minPartitions, starting timestamps and
+fetchOffset retries, on the driver's side.
 
 The reader is driven as Spark drives it (initialOffset, latestOffset, partitions),
 without a Spark session: these rules are decided there.
@@ -6,10 +7,14 @@ without a Spark session: these rules are decided there.
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
+from structlog.testing import capture_logs
 
-from fairstream.errors import ConfigError
+from fairstream.errors import BrokerError, ConfigError
+from fairstream.spark.cluster import GroupClient
 from fairstream.spark.planning import Chunk
 from fairstream.spark.stream import StreamOptions, StreamReader
 from fairstream.spark.streamplan import Position, available, plan_tasks
@@ -136,3 +141,26 @@ def test_offsets_by_timestamp_past_every_record_fail_or_start_at_the_end(
         assert latest.initialOffset()["topics"][topic] == {"0": {"next": 2, "catchup": []}}
     finally:
         latest.stop()
+
+
+def test_offsets_are_asked_as_often_as_fetch_offset_num_retries_says() -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{sock.getsockname()[1]}"
+    options = StreamOptions.parse(
+        {
+            "kafka.bootstrap.servers": closed,
+            "subscribePattern": "t.*",
+            "kafka.group.id": "g",
+            "fetchOffset.numRetries": "3",
+            "fetchOffset.retryIntervalMs": "20",
+        }
+    )
+    client = GroupClient(closed, "g", {}, options.offset_retry)
+    try:
+        with capture_logs() as logs, pytest.raises(BrokerError, match="cannot list the cluster"):
+            client.topic_names(timeout=0.3)
+    finally:
+        client.close()
+    # Three attempts in all, as Spark counts them: two failures asked again, then the error.
+    assert [e["attempt"] for e in logs if e["event"] == "offsets_fetch_retried"] == [1, 2]
