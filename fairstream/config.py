@@ -506,7 +506,7 @@ def from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
     Returns the recognised keys that are set and not empty, in lower case without
     the prefix, so callers pass them on explicitly instead of reading the
-    environment deep inside the engine. Where each is applied (README,
+    environment deep inside the engine. Where each is applied (docs,
     "Configuration"): ``bootstrap`` and ``instance_id`` by ``App()`` when not
     given; ``bootstrap``, ``group_id``, ``assignor``, ``log_level`` and
     ``log_format`` by the ``fairstream`` command as its options' defaults.

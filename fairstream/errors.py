@@ -162,7 +162,7 @@ class HandoffFailed(FairstreamError):
     ``offset`` is the record it failed on: every record of the range below it was
     handled, none above it was. The runtime counts ``[range.start, offset)`` as done,
     runs the record at ``offset`` in process through the App's retry and dead-letter
-    policy, and hands the rest of the range off again (README, "Parallel rebalance").
+    policy, and hands the rest of the range off again (docs, "Parallel rebalance").
     Any other exception from a handoff says nothing of what was done, so the shadow
     replays the whole range it was given.
     """

@@ -144,7 +144,7 @@ def _route_stdlib(renderer: structlog.typing.Processor, level: int) -> None:
     handler.setFormatter(formatter)
     root.addHandler(handler)
     # Libraries follow the chosen level through the root logger; a level set on
-    # a library's own logger (README, "Logging": quieting aiokafka) stays as set.
+    # a library's own logger (docs, "Logging": quieting aiokafka) stays as set.
     root.setLevel(level)
     for name in _OWN_HANDLERS:
         library = logging.getLogger(name)

@@ -445,4 +445,3 @@ def test_spark_modules_do_not_import_their_package_face() -> None:
         if path.name != "__init__.py" and "fairstream.spark" in _imports(path)
     }
     assert not offenders
-

@@ -379,7 +379,8 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
         prog="fairstream",
         description="Fair, rebalance-friendly Kafka consumers: tools for planning, running "
         "and testing fairstream apps. Options may come before or after the command; "
-        "FAIRSTREAM_* environment variables give their defaults (see the README).",
+        "FAIRSTREAM_* environment variables give their defaults (the docs' Configuration "
+        "page).",
     )
     parser.add_argument("--version", action="version", version=_version())
     _add_common(parser, top=True)

@@ -90,28 +90,28 @@ class App(HandlerRegistry, HookRegistry):
     ``parallel_rebalance=True`` or ``ParallelRebalance(threshold=..., handoff=...)``
     (KIP-333; per subscriber too) serves new records at once when a partition
     arrives with a backlog, and replays the backlog beside them with
-    ``record.replay`` set (README, "Parallel rebalance").
+    ``record.replay`` set (docs, "Parallel rebalance").
 
     ``assignor`` is a strategy name or several, best first:
     ``assignor=["lag", "roundrobin", "range"]`` joins a group of other clients'
-    consumers under the protocol they share (README, "Migrating an existing group").
+    consumers under the protocol they share (docs, "Migrating an existing group").
     With ``assignor="lag"``, ``replan_interval=300`` re-reads the group's lag every 300
-    seconds and rebalances when a new plan beats the current one (README, "Assignors").
+    seconds and rebalances when a new plan beats the current one (docs, "Assignors").
 
     ``cooperative=True`` (``assignor="sticky"`` or ``"lag"``; KIP-429): members keep
     handling the partitions they keep while the group rebalances, instead of all
     stopping at every join; a moving partition is revoked by its owner in one round
     and assigned in the next; ``"upgrade"`` is the first step of the rolling upgrade
-    (README, "Cooperative rebalancing").
+    (docs, "Cooperative rebalancing").
 
     ``@app.publisher("topic")`` publishes a handler's return value;
     ``@app.on_startup``/``@app.on_shutdown`` hooks and
     ``@app.on_partitions_assigned``/``@app.on_partitions_revoked`` listeners run under
-    every way of running it (README, "Publishers, lifecycle hooks and rebalance
+    every way of running it (docs, "Publishers, lifecycle hooks and rebalance
     listeners").
 
     ``processing="exactly_once"`` commits what a handler publishes, its dead letters
-    and the group's offsets in one Kafka transaction per input partition (README,
+    and the group's offsets in one Kafka transaction per input partition (docs,
     "Exactly-once").
 
     :raises ConfigError: for an unknown, repeated or missing assignor, a bad threshold,
@@ -338,7 +338,7 @@ class App(HandlerRegistry, HookRegistry):
 
         Records already fetched into its queue (a queue target's worth at most) are
         still handled and committed; nothing more is read until :meth:`resume`. The
-        pause lasts across rebalances while this member owns the partition (README,
+        pause lasts across rebalances while this member owns the partition (docs,
         "Pausing a partition").
         """
         tp = self._subscribed(topic, partition)

@@ -123,7 +123,7 @@ class HandlerRegistry(PublisherRegistry):
         keys too; ``Record[V]`` keeps them as bytes.
 
         ``middlewares`` wrap each call of this handler inside the app's own
-        (``App(middlewares=...)``), the first one outermost (README, "Middlewares").
+        (``App(middlewares=...)``), the first one outermost (docs, "Middlewares").
 
         :raises ConfigError: for no topics, a topic already subscribed, a dead-letter
             topic name Kafka does not allow, a sync handler, a handler that does not take

@@ -83,11 +83,11 @@ class AppStats:
     by retention before the group read them, found when a partition was assigned),
     ``commits`` and ``commit_failures``, ``rebalances`` (assignments received) and
     ``consumer_rebuilds``. ``oldest_in_flight_seconds`` is how long the oldest record
-    in hand has been in its handler (0.0 when none is; README, "Embedding in a web
+    in hand has been in its handler (0.0 when none is; docs, "Embedding in a web
     service").
     ``protocol`` is the assignment protocol the group chose at
     the last assignment (``fairstream-lag``, or ``roundrobin`` while members of other
-    clients share the group; README, "Migrating an existing group"), ``None`` before
+    clients share the group; docs, "Migrating an existing group"), ``None`` before
     one and on the in-memory broker.
     """
 

