@@ -8,6 +8,7 @@ without a Spark session: these rules are decided there.
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
@@ -95,14 +96,21 @@ def test_max_trigger_delay_takes_spark_durations(text: str, seconds: float) -> N
         StreamOptions.parse({**options, "maxTriggerDelay": "soon"})
 
 
+HOUR_AGO = int(time.time() * 1000) - 3_600_000
+"""The base of the tests' create times: recent, because a broker's retention deletes
+records by their timestamps (noida deleted records stamped in 1970 within seconds, so a
+read that came a moment late found none)."""
+
+
 def timed_topic(bootstrap: str, stamps: list[int]) -> str:
-    """A one-partition topic whose records carry the given create times (ms)."""
+    """A one-partition topic whose records carry the given create times (ms after
+    ``HOUR_AGO``)."""
     from confluent_kafka import Producer
 
     topic = fill_topic(bootstrap, [0])
     producer = Producer({"bootstrap.servers": bootstrap})
     for millis in stamps:
-        producer.produce(topic, partition=0, value=b"v", timestamp=millis)
+        producer.produce(topic, partition=0, value=b"v", timestamp=HOUR_AGO + millis)
     assert producer.flush(30) == 0
     return topic
 
@@ -111,7 +119,7 @@ def test_a_starting_timestamp_starts_at_the_first_record_that_late(
     noida: Broker, group_id: str
 ) -> None:
     topic = timed_topic(noida.bootstrap, [1_000, 2_000, 3_000, 4_000])
-    source = reader(noida, topic, group_id, startingTimestamp="2500")
+    source = reader(noida, topic, group_id, startingTimestamp=str(HOUR_AGO + 2_500))
     try:
         start = source.initialOffset()
         assert start["topics"][topic] == {"0": {"next": 2, "catchup": []}}
@@ -123,7 +131,7 @@ def test_offsets_by_timestamp_past_every_record_fail_or_start_at_the_end(
     noida: Broker, group_id: str
 ) -> None:
     topic = timed_topic(noida.bootstrap, [1_000, 2_000])
-    by_time = f'{{"{topic}": {{"0": 9000}}}}'
+    by_time = f'{{"{topic}": {{"0": {HOUR_AGO + 9_000}}}}}'
     source = reader(noida, topic, group_id, startingOffsetsByTimestamp=by_time)
     try:
         with pytest.raises(ConfigError, match="has no record at or after that time"):
