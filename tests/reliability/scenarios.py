@@ -42,6 +42,7 @@ from fairstream import (
     SchedulerConfig,
 )
 from fairstream.testing import EmbeddedBroker
+from tests.backends import QUICK_JOIN
 from tests.kafka_helpers import committed, create_topic, read_all
 from tests.reliability.checker import (
     Result,
@@ -517,6 +518,7 @@ async def handler_failures(
         bootstrap=bootstrap,
         group_id=group,
         instance_id="fail-0" if static else None,
+        consumer=QUICK_JOIN,
         retry=RetryPolicy(attempts=3, backoff=0.001),
         scheduler=SchedulerConfig(commit_interval=0.2),
     )
@@ -637,6 +639,7 @@ async def poison_records(
         bootstrap=bootstrap,
         group_id=group,
         instance_id="poison-0" if static else None,
+        consumer=QUICK_JOIN,
         scheduler=SchedulerConfig(commit_interval=0.2),
     )
 

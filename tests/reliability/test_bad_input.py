@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaProducer
 
 from fairstream import App, Record, RetryPolicy, SchedulerConfig
 from fairstream.runtime._decode import DecodeError, decoder_for
+from tests.backends import QUICK_JOIN
 from tests.conftest import Broker
 from tests.kafka_helpers import committed, create_topic, read_all
 from tests.reliability.checker import summary
@@ -132,6 +133,7 @@ async def test_poison_record_at_the_size_limit_is_dead_lettered_not_fatal(
         bootstrap=broker.bootstrap,
         group_id=group_id,
         instance_id=broker.instance_id("big-0"),
+        consumer=QUICK_JOIN,
         scheduler=SchedulerConfig(commit_interval=0.1),
     )
     handled: list[int] = []
@@ -183,6 +185,7 @@ async def test_failing_record_with_over_a_megabyte_of_headers_is_dead_lettered_w
         bootstrap=broker.bootstrap,
         group_id=group_id,
         instance_id=broker.instance_id("big-headers-0"),
+        consumer=QUICK_JOIN,
         retry=RetryPolicy(attempts=2, backoff=0.01),
         scheduler=SchedulerConfig(commit_interval=0.1),
     )
