@@ -18,6 +18,7 @@ from fairstream.assign import member_lags
 from fairstream.runtime._admin import BrokerAdmin
 from fairstream.runtime._assignors import PlanningAssignor, PlanRecord
 from fairstream.runtime._drift import watch_drift
+from tests.backends import QUICK_JOIN
 from tests.conftest import Broker
 from tests.kafka_helpers import create_topic, produce
 from tests.runtime.lag_members import start_lag_member
@@ -123,6 +124,7 @@ async def test_an_app_with_replan_interval_checks_for_drift_as_leader(
         assignor="lag",
         replan_interval=0.2,
         instance_id=broker.instance_id("drift-app"),
+        consumer=QUICK_JOIN,
     )
 
     @app.subscriber(topic)

@@ -19,7 +19,7 @@ from fairstream import (
     RetryPolicy,
     SchedulerConfig,
 )
-from tests.backends import Backend
+from tests.backends import QUICK_JOIN, Backend
 from tests.conftest import Broker, TopicFactory
 from tests.kafka_helpers import committed, produce, read_all
 
@@ -83,6 +83,7 @@ async def test_a_result_the_broker_refuses_is_never_committed_past(
         bootstrap=broker.bootstrap,
         group_id=group_id,
         scheduler=QUICK,
+        consumer=QUICK_JOIN,
         retry=RetryPolicy(attempts=2, backoff=0.01),
         dead_letter=DeadLetterPolicy(on_error="stop"),
     )
