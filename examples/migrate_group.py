@@ -24,6 +24,7 @@ import uuid
 from typing import Any
 
 import anyio
+import anyio.abc
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from fairstream import App, Record, logs
@@ -57,15 +58,26 @@ async def produce(numbers: range) -> int:
         await producer.stop()
 
 
-async def old_pod(leave: anyio.Event) -> None:
-    """Today's consumer: plain aiokafka, committing what it handled, until told to leave."""
+async def old_pod(
+    leave: anyio.Event, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """Today's consumer: plain aiokafka, committing what it handled, until told to leave.
+
+    It reports itself started once it holds its partitions, as today's pods do before
+    a new deployment begins: two members joining a new group at once race, and the
+    broker may settle the group with one of them holding nothing.
+    """
     consumer = AIOKafkaConsumer(
         TOPIC, bootstrap_servers=app.bootstrap, group_id=GROUP, enable_auto_commit=False
     )
     await consumer.start()
     try:
+        holding = False
         while not leave.is_set():
             batches = await consumer.getmany(timeout_ms=200)
+            if not holding and consumer.assignment():
+                holding = True
+                task_status.started()
             for records in batches.values():
                 for record in records:
                     value = json.loads(record.value or b"{}")
@@ -87,7 +99,7 @@ async def wait_for(condition: Any) -> None:
 async def main() -> None:
     leave = anyio.Event()
     async with anyio.create_task_group() as tasks:
-        tasks.start_soon(old_pod, leave)
+        await tasks.start(old_pod, leave)  # today's group, its partitions held
         async with app:  # the first new pod joins
             await wait_for(lambda: app.stats().protocol is not None)
             shared = app.stats().protocol

@@ -80,11 +80,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.broker)
 
 
+def _plain_traceback_chain() -> list[structlog.typing.Processor]:
+    """structlog's default chain, its console renderer drawing tracebacks plainly.
+
+    With rich installed the default renderer draws each logged exception with rich,
+    ~50 ms of CPU apiece: the reliability tests log thousands (retries, dead
+    letters), and rich tracebacks made tests/reliability/test_bad_input.py take
+    108 s instead of 34 s. The line format is the default's, so what a test reads
+    of a log line is unchanged; only the traceback under it is drawn as Python does.
+    """
+    *chain, renderer = structlog.get_config()["processors"]
+    colors = renderer.colors if isinstance(renderer, structlog.dev.ConsoleRenderer) else False
+    plain = structlog.dev.ConsoleRenderer(
+        colors=colors, exception_formatter=structlog.dev.plain_traceback
+    )
+    return [*chain, plain]
+
+
 @pytest.fixture(autouse=True)
 def _fresh_logging() -> Iterator[None]:
-    """Undo logs.configure() calls (in-process CLI tests) so tests do not see each other's."""
+    """Undo logs.configure() calls (in-process CLI tests) so tests do not see each other's;
+    each test starts on structlog's defaults with plain tracebacks."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+    structlog.reset_defaults()
+    structlog.configure(processors=_plain_traceback_chain())
     yield
     structlog.reset_defaults()
     root.handlers[:] = handlers

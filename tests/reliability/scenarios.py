@@ -53,6 +53,7 @@ from tests.reliability.checker import (
     read_sightings,
     wait_for_sightings,
 )
+from tests.support.backends import QUICK_JOIN
 from tests.support.kafka_helpers import committed, create_topic, read_all
 
 __all__ = [
@@ -517,6 +518,7 @@ async def handler_failures(
         bootstrap=bootstrap,
         group_id=group,
         instance_id="fail-0" if static else None,
+        consumer=QUICK_JOIN,
         retry=RetryPolicy(attempts=3, backoff=0.001),
         scheduler=SchedulerConfig(commit_interval=0.2),
     )
@@ -637,6 +639,7 @@ async def poison_records(
         bootstrap=bootstrap,
         group_id=group,
         instance_id="poison-0" if static else None,
+        consumer=QUICK_JOIN,
         scheduler=SchedulerConfig(commit_interval=0.2),
     )
 

@@ -16,6 +16,7 @@ from fairstream.runtime._decode import DecodeError, decoder_for
 from tests.conftest import Broker
 from tests.reliability.checker import summary
 from tests.reliability.scenarios import handler_failures, poison_records
+from tests.support.backends import QUICK_JOIN
 from tests.support.kafka_helpers import committed, create_topic, read_all
 
 pytestmark = [pytest.mark.broker, pytest.mark.reliability]
@@ -132,6 +133,7 @@ async def test_poison_record_at_the_size_limit_is_dead_lettered_not_fatal(
         bootstrap=broker.bootstrap,
         group_id=group_id,
         instance_id=broker.instance_id("big-0"),
+        consumer=QUICK_JOIN,
         scheduler=SchedulerConfig(commit_interval=0.1),
     )
     handled: list[int] = []
@@ -183,6 +185,7 @@ async def test_failing_record_with_over_a_megabyte_of_headers_is_dead_lettered_w
         bootstrap=broker.bootstrap,
         group_id=group_id,
         instance_id=broker.instance_id("big-headers-0"),
+        consumer=QUICK_JOIN,
         retry=RetryPolicy(attempts=2, backoff=0.01),
         scheduler=SchedulerConfig(commit_interval=0.1),
     )

@@ -9,6 +9,7 @@ would jump to the end of the partition.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,12 @@ from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from fairstream import App, ConsumerConfig, Record, SchedulerConfig
+from fairstream import App, Record, SchedulerConfig
 from fairstream.prometheus import FairstreamCollector
 from tests.conftest import Broker, TopicFactory
 from tests.reliability.checker import Sink, check, make_ids, produce_ids, read_sightings, summary
 from tests.reliability.retention import commit_offsets, delete_records
+from tests.support.backends import QUICK_JOIN
 
 pytestmark = [pytest.mark.broker, pytest.mark.reliability]
 
@@ -52,7 +54,7 @@ async def test_records_deleted_before_they_were_read_are_reported_and_the_rest_h
         bootstrap=broker.bootstrap,
         group_id=group_id,
         instance_id=broker.instance_id("retention-0"),
-        consumer=ConsumerConfig(auto_offset_reset="latest"),
+        consumer=replace(QUICK_JOIN, auto_offset_reset="latest"),
         scheduler=SchedulerConfig(commit_interval=0.2),
     )
 

@@ -8,6 +8,7 @@ from structlog.testing import capture_logs
 
 from fairstream import App, ProducerConfig, Record, RetryPolicy
 from tests.conftest import Broker, TopicFactory
+from tests.support.backends import QUICK_JOIN
 from tests.support.kafka_helpers import produce, read_all
 
 pytestmark = pytest.mark.broker
@@ -27,6 +28,7 @@ async def test_dead_letters_and_publish_go_through_the_configured_producer(
         bootstrap=broker.bootstrap,
         group_id=group_id,
         instance_id=broker.instance_id("producer-0"),
+        consumer=QUICK_JOIN,
         retry=RetryPolicy(attempts=1),
         producer=ProducerConfig(compression_type="gzip", linger_ms=5, max_batch_size=65_536),
     )

@@ -20,7 +20,7 @@ from fairstream import (
     SchedulerConfig,
 )
 from tests.conftest import Broker, TopicFactory
-from tests.support.backends import Backend
+from tests.support.backends import QUICK_JOIN, Backend
 from tests.support.kafka_helpers import committed, produce, read_all
 
 QUICK = SchedulerConfig(commit_interval=0.1)
@@ -83,6 +83,7 @@ async def test_a_result_the_broker_refuses_is_never_committed_past(
         bootstrap=broker.bootstrap,
         group_id=group_id,
         scheduler=QUICK,
+        consumer=QUICK_JOIN,
         retry=RetryPolicy(attempts=2, backoff=0.01),
         dead_letter=DeadLetterPolicy(on_error="stop"),
     )

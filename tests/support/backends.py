@@ -33,10 +33,14 @@ def _topic_name() -> str:
     return f"t-{uuid.uuid4().hex[:10]}"
 
 
-# tansu answers every JoinGroup round after half the session timeout (5 s under the
-# default 10 s, 3 s under 6 s, measured), so each test's first join waited 5 s there.
-# 6 s is the least a Kafka broker accepts (group.min.session.timeout.ms).
-_TANSU_CONSUMER = ConsumerConfig(session_timeout_ms=6_000, heartbeat_interval_ms=2_000)
+QUICK_JOIN = ConsumerConfig(session_timeout_ms=6_000, heartbeat_interval_ms=2_000)
+"""A short session for tests that build their own App on tansu.
+
+tansu answers every JoinGroup round after half the session timeout (5 s under the
+default 10 s, 3 s under 6 s, measured), so each test's first join waited 5 s there.
+6 s is the least a Kafka broker accepts (group.min.session.timeout.ms). Not for a
+test whose behaviour needs the default session (a member that must outlive a pause).
+"""
 
 
 class KafkaBackend:
@@ -49,7 +53,7 @@ class KafkaBackend:
 
     def app(self, **kwargs: Any) -> App:
         if self.name == "tansu":
-            kwargs.setdefault("consumer", _TANSU_CONSUMER)
+            kwargs.setdefault("consumer", QUICK_JOIN)
         return App(bootstrap=self.bootstrap, **kwargs)
 
     def instance_id(self, name: str) -> str | None:

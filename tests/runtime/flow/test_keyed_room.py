@@ -16,6 +16,7 @@ import anyio
 
 from fairstream import App, Record, SchedulerConfig
 from tests.conftest import Broker
+from tests.support.backends import QUICK_JOIN
 from tests.support.kafka_helpers import create_topic, produce_keyed
 
 QUOTA = 5
@@ -42,6 +43,7 @@ async def test_unfinished_records_not_distance_bound_what_a_keyed_partition_admi
         bootstrap=broker.bootstrap,
         group_id=group_id,
         instance_id=broker.instance_id(group_id),
+        consumer=QUICK_JOIN,
         scheduler=SchedulerConfig(partition_quota=QUOTA, commit_interval=0.2),
     )
     release_s, release_x, passed, y_done = (anyio.Event() for _ in range(4))

@@ -28,6 +28,7 @@ from fairstream.ranges import (
 from fairstream.runtime._kafka._admin import BrokerAdmin
 from fairstream.runtime.flow._offsets import OffsetTracker
 from tests.conftest import Broker
+from tests.support.backends import QUICK_JOIN
 from tests.support.kafka_helpers import create_topic, produce_keyed
 
 TP = ("t", 0)
@@ -175,6 +176,7 @@ def _member(broker: Broker, group_id: str, topic: str, handled: list[str], stuck
         bootstrap=broker.bootstrap,
         group_id=group_id,
         instance_id=broker.instance_id("member"),
+        consumer=QUICK_JOIN,
         scheduler=SchedulerConfig(ordering="key", commit_interval=0.1, shutdown_timeout=0.5),
     )
 

@@ -19,6 +19,7 @@ from fairstream.runtime._http import serve_status
 from fairstream.runtime.flow._stuck import REPEAT_FACTOR, StuckWatch
 from fairstream.testing import free_port
 from tests.conftest import Broker
+from tests.support.backends import QUICK_JOIN
 from tests.support.kafka_helpers import create_topic, produce
 
 WARN_AFTER = 1.0
@@ -61,6 +62,7 @@ async def _stuck_app(
         bootstrap=broker.bootstrap,
         group_id=group_id,
         instance_id=broker.instance_id(group_id),
+        consumer=QUICK_JOIN,
         scheduler=SchedulerConfig(stuck_handler_warning=WARN_AFTER, commit_interval=0.2),
     )
     entered, release, all_handled = anyio.Event(), anyio.Event(), anyio.Event()

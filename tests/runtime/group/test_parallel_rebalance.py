@@ -29,6 +29,7 @@ from fairstream.config import ShadowHandoff
 from fairstream.ranges import OffsetRange, decode_shadow
 from fairstream.runtime._kafka._admin import BrokerAdmin
 from tests.conftest import Broker
+from tests.support.backends import QUICK_JOIN
 from tests.support.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.broker
@@ -296,7 +297,7 @@ async def test_broker_dropping_metadata_refuses_to_jump_and_loses_nothing(
     records = _values("r", 1, 1_500)
     await produce(tansu.bootstrap, topic, records)
     seen = Seen()
-    app = _app(tansu, group_id, topic, seen)
+    app = _app(tansu, group_id, topic, seen, consumer=QUICK_JOIN)
 
     with capture_logs() as logs:
         async with app:

@@ -17,6 +17,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from fairstream import App, Record
 from tests.conftest import Broker
+from tests.support.backends import QUICK_JOIN
 from tests.support.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.broker
@@ -58,7 +59,7 @@ async def test_partitions_start_at_their_commit_or_the_log_start_without_a_reque
     expected = {(p, 1) for p in range(PARTITIONS)} | {
         (p, 0) for p in range(PARTITIONS) if p not in COMMITTED
     }
-    app = App(bootstrap=broker.bootstrap, group_id=group_id)
+    app = App(bootstrap=broker.bootstrap, group_id=group_id, consumer=QUICK_JOIN)
     seen: set[tuple[int, int]] = set()
     done = anyio.Event()
 

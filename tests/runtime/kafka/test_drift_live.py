@@ -19,6 +19,7 @@ from fairstream.runtime._kafka._admin import BrokerAdmin
 from fairstream.runtime._kafka._assignors import PlanningAssignor, PlanRecord
 from fairstream.runtime._kafka._drift import watch_drift
 from tests.conftest import Broker
+from tests.support.backends import QUICK_JOIN
 from tests.support.kafka_helpers import create_topic, produce
 from tests.support.lag_members import start_lag_member
 
@@ -123,6 +124,7 @@ async def test_an_app_with_replan_interval_checks_for_drift_as_leader(
         assignor="lag",
         replan_interval=0.2,
         instance_id=broker.instance_id("drift-app"),
+        consumer=QUICK_JOIN,
     )
 
     @app.subscriber(topic)

@@ -20,6 +20,7 @@ from aiokafka.protocol.group import JoinGroupRequest
 from fairstream.runtime._kafka._assignors import make_assignor
 from fairstream.runtime._kafka._join import offer_all_at_once
 from tests.conftest import Broker
+from tests.support.backends import QUICK_JOIN
 from tests.support.kafka_helpers import create_topic
 
 pytestmark = pytest.mark.broker
@@ -33,6 +34,9 @@ async def _offers_sent(bootstrap: str, topic: str, *, hooked: bool) -> list[list
         group_id=f"join-{uuid.uuid4().hex[:8]}",
         enable_auto_commit=False,
         partition_assignment_strategy=assignor.protocols,
+        # tansu answers each JoinGroup round after half the session: 3 s, not 5 s.
+        session_timeout_ms=QUICK_JOIN.session_timeout_ms,
+        heartbeat_interval_ms=QUICK_JOIN.heartbeat_interval_ms,
     )
     await consumer.start()
     sent: list[list[str]] = []

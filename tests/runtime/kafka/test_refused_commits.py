@@ -39,7 +39,14 @@ async def test_a_refused_commit_whose_caller_gave_up_leaves_no_unread_error(
     topic = f"refused-{group_id[-8:]}"
     await create_topic(noida.bootstrap, topic, 1)
     consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=noida.bootstrap, group_id=group_id, enable_auto_commit=False
+        topic,
+        bootstrap_servers=noida.bootstrap,
+        group_id=group_id,
+        enable_auto_commit=False,
+        # Reset (unhooked), the consumer rejoins under a new id, and noida, which never
+        # evicts, holds that JoinGroup for the old id for a rebalance timeout, which
+        # stop() waits out: 20 s under the default (the session timeout, 10 s, twice).
+        rebalance_timeout_ms=1_000,
     )
     await consumer.start()
     coordinator: Any = consumer._coordinator

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import anyio
 import pytest
 import structlog
 
@@ -40,15 +39,17 @@ async def test_a_static_member_told_to_leave_hands_its_partitions_over_at_once(
         return {p.partition for p in app.stats().partitions}
 
     stays, goes = member("stays", leaves=False), member("goes", leaves=True)
+    # A broker that evicts (Kafka) would hand the partitions over once the session
+    # timeout expired: before then, only the leave can have done it.
+    session_s = ConsumerConfig().session_timeout_ms / 1_000
     with structlog.testing.capture_logs() as logs:
         async with stays:
             async with goes:
                 await wait_until(lambda: len(partitions(stays)) == 2, 30)
-            left_at = anyio.current_time()
-            await wait_until(lambda: len(partitions(stays)) == 4, 30, lambda: partitions(stays))
-            taken_over_s = anyio.current_time() - left_at
+            await wait_until(
+                lambda: len(partitions(stays)) == 4, session_s, lambda: partitions(stays)
+            )
     assert [e["instance_id"] for e in logs if e["event"] == "group_left"] == ["goes"]
-    assert taken_over_s < 5, taken_over_s
 
 
 def test_a_coordinator_not_aiokafkas_is_left_alone() -> None:
