@@ -17,17 +17,19 @@ design that waits for a transaction timeout hangs on noida, which never expires 
 open transaction. The cost: a producer (one connection's worth of state) per owned
 partition.
 
-The barrier (ordering ``"partition"``): a partition's outputs go into its transaction
-while its records are in a handler, and its watermark moves only when a slice of
-records ends. A tick commits an idle partition with its watermark, and a busy one up
-to its record in hand (every record before it is finished), unless that record has
+The barrier (ordering ``"partition"``, batch handlers): a partition's outputs go
+into its transaction while its records are in a handler, and its watermark moves
+only when a slice (or a batch) of records ends. A tick commits an idle partition
+with its watermark, and a busy one up to its record in hand (every record before it
+is finished; a batch is in hand as its first record), unless that record has
 published already: its outputs would commit without its offset, so it waits for the
 next tick (a handler that publishes and then awaits a long time delays its
 partition's commits by that long). Partitions are chosen and their locks taken
 before the first await, so a publish cannot slip between the choice and the commit;
-it waits for the commit instead. Key and unordered lanes finish records out of
-order; their barrier (per partition, the lowest offset in a handler, and no record
-of it above that offset having published) is planned and refused at build time.
+it waits for the commit instead. Keyed and unordered lanes finish records out of
+order, so the record in hand says nothing of those below it: their partitions are
+held still by ``_barrier`` until no record of them is in a handler, then commit
+their watermark with the offset map of the records finished above it.
 
 A failed commit aborts the transaction and stops the app with a ``BrokerError``:
 the outputs are gone with the offsets, and the next owner (or the restarted app)
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Collection, Mapping
+from contextvars import ContextVar
 from typing import final
 
 import anyio
@@ -51,7 +54,7 @@ from fairstream.errors import BrokerError, describe
 from fairstream.logs import current_record
 from fairstream.runtime._record import TP, Headers
 
-__all__ = ["Transactions", "handled_partition", "transactional_id"]
+__all__ = ["Transactions", "current_batch", "handled_partition", "transactional_id"]
 
 log = structlog.get_logger(__name__)
 
@@ -61,15 +64,26 @@ def transactional_id(group_id: str, tp: TP) -> str:
     return f"{group_id}-{tp[0]}-{tp[1]}"
 
 
+current_batch: ContextVar[tuple[TP, int] | None] = ContextVar(
+    "fairstream_current_batch", default=None
+)
+"""The partition and first offset of the batch this task is handling, if any: a batch
+sets no record log context (it holds several records), but its publishes belong to
+its partition's transaction. Under exactly-once a batch holds one partition."""
+
+
 def handled_partition() -> tuple[TP, int] | None:
-    """The partition and offset of the record this task is handling; ``None`` outside one.
+    """The partition and offset of the record (or the first record of the batch) this
+    task is handling; ``None`` outside one.
 
     A publish from outside a handler (a lifecycle hook, an HTTP route) has no input
     partition and so no transaction: it goes through the app's plain producer.
     """
     slot = current_record.get()
     record = slot.record if slot is not None else None
-    return None if record is None else ((record.topic, record.partition), record.offset)
+    if record is None:
+        return current_batch.get()
+    return (record.topic, record.partition), record.offset
 
 
 @final
@@ -93,15 +107,15 @@ class Transactions:
         """Deliveries of the open transactions, awaited before their commit: a publish
         returns once its record is queued, since nobody can read it before the commit."""
         self._failure: BrokerError | None = None
-        self._published_for: dict[TP, int] = {}
+        """A publish that failed (a fenced producer, say): its transaction cannot
+        commit, and the handler saw it as its own error; the next commit stops the
+        app with it."""
+        self._outputs: dict[TP, set[int]] = {}
+        """Per partition, the offsets of the inputs with outputs in the open transaction."""
         self._unfinished: set[TP] = set()
         """Partitions whose transaction held outputs of a record that never finished (a
         handler cancelled by a revoke or a stop): aborted, and never committed again
         by this member; their next owner handles the records again."""
-        """Per partition, the offset of the input whose output went in last."""
-        """A publish that failed (a fenced producer, say): its transaction cannot
-        commit, and the handler saw it as its own error; the next commit stops the
-        app with it."""
 
     async def fence(self, tps: Collection[TP]) -> None:
         """Start ``tps``' producers: InitProducerId aborts a previous owner's transaction.
@@ -125,7 +139,7 @@ class Transactions:
                 ) from exc
             self._producers[tp] = producer
             self._locks[tp] = anyio.Lock()
-            self._published_for.pop(tp, None)
+            self._outputs.pop(tp, None)
         log.debug("transactions_fenced", partitions=sorted(tps))
 
     async def publish(
@@ -156,25 +170,37 @@ class Transactions:
                 self._failure = self._error(tp, f"publishing to topic {topic!r}", exc)
                 raise self._failure from exc
             self._sent.setdefault(tp, []).append(delivery)
-            self._published_for[tp] = offset
+            outputs = self._outputs.get(tp)
+            if outputs is None:
+                self._outputs[tp] = {offset}
+            else:
+                outputs.add(offset)
+
+    def has_open(self, tp: TP) -> bool:
+        """``tp``'s transaction holds outputs (or offsets) not committed yet."""
+        return tp in self._open
 
     async def commit(
         self,
         offsets: Mapping[TP, tuple[int, str]],
-        in_hand: Mapping[TP, int],
-        watermark: Callable[[TP], int | None],
+        busy: Mapping[TP, int | None],
+        finished: Callable[[TP, int], bool],
     ) -> set[TP]:
-        """Commit the partitions' transactions with their offsets; the idle ones committed.
+        """Commit the partitions' transactions; those committed with their ``offsets``.
 
-        ``offsets``: the watermark (and offset map) of idle partitions; ``in_hand``:
-        the offset of the record in a handler per busy partition. Every record of a
-        busy partition below that one is finished (ordering ``"partition"``), so its
-        transaction commits with that offset, unless that record has published
-        already (its outputs would commit without it: the next tick tries again). The
-        partitions are chosen and their locks taken before the first await, so no
-        publish slips in between the choice and the commit; a publish waits for it.
-        An idle partition whose last output came from a record at or above its
-        ``watermark`` (its handler was cancelled) is aborted instead (``_unfinished``).
+        ``offsets``: what to commit per partition (the watermark, with the offset map
+        of a keyed lane). ``busy``: the partitions with a record in a handler, and its
+        offset where every record before it is finished (ordering ``"partition"``, a
+        batch: its first record); ``None`` where that is not known (a keyed lane that
+        the barrier does not hold now). A busy partition commits up to its record in
+        hand unless an output of that record (or one above it) is in the transaction,
+        which would commit without its offset: the next tick tries again; where the
+        record in hand is not known it commits only if nothing was published. A
+        partition with no record in a handler commits with its ``offsets``, or is
+        aborted if an output's record is not ``finished`` (its handler was cancelled:
+        ``_unfinished``). The partitions are chosen and their locks taken before the
+        first await, so no publish slips in between the choice and the commit; a
+        publish waits for it.
 
         :raises BrokerError: a transaction failed (aborted where it still could be).
         """
@@ -186,32 +212,40 @@ class Transactions:
         chosen: dict[TP, tuple[int, str] | None] = {}
         for tp in sorted(set(offsets) | self._open):
             lock = self._locks.get(tp)
-            if lock is None:
-                continue  # not fenced yet: nothing of it was published
-            published = self._published_for.get(tp, -1)
-            if tp in self._unfinished:
-                continue
-            if tp in in_hand:
-                if tp not in self._open or published == in_hand[tp]:
+            if lock is None or tp in self._unfinished:
+                continue  # not fenced yet (nothing was published), or aborted for good
+            outputs = self._outputs.get(tp, ())
+            target = offsets.get(tp)
+            cancelled = False
+            if tp in busy:
+                in_hand = busy[tp]
+                if in_hand is None:
+                    if tp in self._open:
+                        continue
+                elif tp not in self._open or any(offset >= in_hand for offset in outputs):
                     continue
-                target: tuple[int, str] | None = (in_hand[tp], "")
+                else:
+                    target = (in_hand, "")
             else:
-                target = offsets.get(tp)
-                if tp in self._open and published >= (watermark(tp) or 0):
-                    self._unfinished.add(tp)
+                cancelled = any(not finished(tp, offset) for offset in outputs)
             try:
                 lock.acquire_nowait()
             except anyio.WouldBlock:
                 continue  # a publish is under way: the next tick
+            if cancelled:
+                self._unfinished.add(tp)
             chosen[tp] = target
+        done: set[TP] = set()
         try:
             for tp, target in chosen.items():
                 await self._commit_one(tp, target)
+                if target is not None and tp not in self._unfinished and target == offsets.get(tp):
+                    done.add(tp)
         finally:
             for tp in chosen:
                 if tp in self._locks:
                     self._locks[tp].release()
-        return {tp for tp in chosen if tp not in in_hand and tp not in self._unfinished}
+        return done
 
     async def _commit_one(self, tp: TP, target: tuple[int, str] | None) -> None:
         producer = self._producers[tp]
@@ -220,7 +254,7 @@ class Transactions:
                 "transaction_aborted",
                 topic=tp[0],
                 partition=tp[1],
-                offset=self._published_for.get(tp),
+                offsets=sorted(self._outputs.get(tp, ())),
                 reason="a handler was cancelled after it published; the partition's "
                 "records since its last commit are handled again by its next owner",
             )
@@ -239,6 +273,7 @@ class Transactions:
                 )
             await producer.commit_transaction()
             self._open.discard(tp)
+            self._outputs.pop(tp, None)
         except KafkaError as exc:
             await self._abort(tp, producer)
             raise self._error(tp, "committing the transaction", exc) from exc
@@ -265,6 +300,7 @@ class Transactions:
         """Abort ``tp``'s transaction; a fenced producer cannot, and need not (its
         fencer aborted it)."""
         self._open.discard(tp)
+        self._outputs.pop(tp, None)
         for delivery in self._sent.pop(tp, ()):
             delivery.cancel()
         try:
