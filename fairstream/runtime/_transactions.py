@@ -42,11 +42,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Collection, Mapping
 from contextvars import ContextVar
-from typing import final
+from typing import Any, Protocol, final
 
 import anyio
 import structlog
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
@@ -54,7 +54,13 @@ from fairstream.errors import BrokerError, describe
 from fairstream.logs import current_record
 from fairstream.runtime._record import TP, Headers
 
-__all__ = ["Transactions", "current_batch", "handled_partition", "transactional_id"]
+__all__ = [
+    "TransactionalProducer",
+    "Transactions",
+    "current_batch",
+    "handled_partition",
+    "transactional_id",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -86,6 +92,29 @@ def handled_partition() -> tuple[TP, int] | None:
     return (record.topic, record.partition), record.offset
 
 
+class TransactionalProducer(Protocol):
+    """What :class:`Transactions` uses of a transactional ``AIOKafkaProducer``; the
+    in-memory broker (``fairstream.testing``) has one too."""
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    async def begin_transaction(self) -> None: ...
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None,
+        headers: list[tuple[str, bytes]],
+        partition: int | None,
+    ) -> asyncio.Future[Any]: ...
+    async def send_offsets_to_transaction(
+        self, offsets: dict[TopicPartition, OffsetAndMetadata], group_id: str
+    ) -> None: ...
+    async def commit_transaction(self) -> None: ...
+    async def abort_transaction(self) -> None: ...
+
+
 @final
 class Transactions:
     """One member's transactional producers, one per owned input partition."""
@@ -95,12 +124,12 @@ class Transactions:
         *,
         group_id: str,
         bootstrap: str,
-        new_producer: Callable[[str], AIOKafkaProducer],
+        new_producer: Callable[[str], TransactionalProducer],
     ) -> None:
         self.group_id = group_id
         self._bootstrap = bootstrap
         self._new_producer = new_producer
-        self._producers: dict[TP, AIOKafkaProducer] = {}
+        self._producers: dict[TP, TransactionalProducer] = {}
         self._locks: dict[TP, anyio.Lock] = {}
         self._open: set[TP] = set()
         self._sent: dict[TP, list[asyncio.Future[object]]] = {}
@@ -296,7 +325,7 @@ class Transactions:
     async def aclose(self) -> None:
         await self.release(list(self._producers))
 
-    async def _abort(self, tp: TP, producer: AIOKafkaProducer) -> None:
+    async def _abort(self, tp: TP, producer: TransactionalProducer) -> None:
         """Abort ``tp``'s transaction; a fenced producer cannot, and need not (its
         fencer aborted it)."""
         self._open.discard(tp)
