@@ -5,7 +5,8 @@ consume-transform-produce job exactly-once is for), after ``EOS_DELAY`` seconds,
 a SIGKILL or SIGSTOP lands mid-stream. ``EOS_PROCESSING`` picks the mode
 (``exactly_once`` by default), ``EOS_ORDERING`` and ``EOS_CONCURRENCY`` the
 subscriber's (``"partition"`` and 64 by default), ``EOS_BATCH=1`` makes it a batch
-handler (one output per record of the batch), ``EOS_GROUP_ID`` the group;
+handler (one output per record of the batch), ``EOS_LEAVE=1`` leaves the group on
+SIGTERM (a static member stays otherwise), ``EOS_GROUP_ID`` the group;
 ``FAIRSTREAM_BOOTSTRAP`` and ``FAIRSTREAM_INSTANCE_ID`` are read by fairstream itself.
 """
 
@@ -25,7 +26,11 @@ def build() -> App:
         processing="exactly_once"
         if env.get("EOS_PROCESSING", "exactly_once") == "exactly_once"
         else "at_least_once",
-        consumer=ConsumerConfig(session_timeout_ms=10_000, heartbeat_interval_ms=1_000),
+        consumer=ConsumerConfig(
+            session_timeout_ms=10_000,
+            heartbeat_interval_ms=1_000,
+            leave_group_on_stop=env.get("EOS_LEAVE") == "1",
+        ),
     )
     output = env["EOS_OUTPUT"]
     delay = float(env.get("EOS_DELAY", "0.002"))

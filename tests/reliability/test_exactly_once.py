@@ -168,6 +168,54 @@ async def test_sigkill_with_a_batch_handler(own_noida: Broker, tmp_path: Path) -
     await _assert_one_output_each(bootstrap, env["EOS_OUTPUT"], log)
 
 
+STORM_RECORDS, STORM_SECONDS = 6_000, 40
+"""(e): at 50 ms a record, 8 in hand per member, one member needs ~40 s for them,
+so members come and go through most of the run."""
+STORM_IDS = [f"storm-{n}".encode() for n in range(STORM_RECORDS)]
+
+
+async def test_rebalance_storm_loses_and_duplicates_nothing(
+    own_noida: Broker, tmp_path: Path
+) -> None:
+    """(e) members join and leave every few seconds, and the steady one is killed and
+    restarted now and then: every input has exactly one output."""
+    bootstrap = own_noida.bootstrap
+    env, group = await _inputs(bootstrap, STORM_IDS, keys=KEYS)
+    env |= {
+        "EOS_ORDERING": "key",
+        "EOS_CONCURRENCY": "8",
+        "EOS_DELAY": "0.05",
+        "EOS_LEAVE": "1",
+    }
+    log = tmp_path / "app.log"
+    await group.start()
+    steady = _spawn(env, "eos-0", log)
+    joiner: subprocess.Popen[bytes] | None = None
+    try:
+        cycles = 0
+        with anyio.move_on_after(STORM_SECONDS):
+            while await group.committed() < STORM_RECORDS:
+                cycles += 1
+                joiner = _spawn(env, f"eos-{1 + cycles % 2}", log)
+                await anyio.sleep(3)  # the storm's pace, not a wait for an event
+                assert await stop_sink(joiner, signal.SIGTERM, 30) == 0
+                if cycles % 3 == 0:
+                    await stop_sink(steady, signal.SIGKILL, 10)
+                    steady = _spawn(env, "eos-0", log)
+        assert cycles >= 5, "the records ran out before the storm did"
+        await group.wait_committed(STORM_RECORDS, limit=120)
+        assert await stop_sink(steady, signal.SIGTERM, 30) == 0
+        assert await group.committed() == STORM_RECORDS
+    finally:
+        for process in (steady, joiner):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait(10)
+        await group.aclose()
+    text = log.read_text(errors="replace")
+    await _assert_one_output_each(bootstrap, env["EOS_OUTPUT"], text, STORM_IDS)
+
+
 async def test_aborted_transaction_is_never_read(noida: Broker) -> None:
     """(d) a transaction aborted after its sends: a read_committed reader skips it."""
     bootstrap = noida.bootstrap
