@@ -19,7 +19,8 @@ handlers stand still for the longest handler call in flight when the tick came
 (a 5 ms I/O call: up to 5 ms; retries with their backoff count too) plus the
 transaction commit's round trips, and its handler slots are lent to other
 partitions meanwhile. A handler that runs for seconds holds its partition's commit
-(and every output of that partition) that long.
+(and every output of that partition) that long; a tick waits for it at most
+:data:`HOLD_LIMIT`, then commits the other partitions without it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,11 @@ import anyio
 
 from fairstream.runtime._record import TP
 
-__all__ = ["OPEN", "Barrier", "Gate"]
+__all__ = ["HOLD_LIMIT", "OPEN", "Barrier", "Gate"]
+
+HOLD_LIMIT = 1.0
+"""Seconds a commit tick waits for a keyed partition's handlers before it leaves that
+partition for a later tick (a handler that hangs must not stop every commit)."""
 
 
 @final
@@ -82,6 +87,11 @@ class Gate:
             self._opened.set()
             self._opened = None
 
+    @property
+    def busy(self) -> bool:
+        """A run of the partition's records is in a handler."""
+        return self._running > 0
+
     async def drained(self) -> None:
         """Return once no run of the partition is in a handler."""
         while self._running:
@@ -113,16 +123,24 @@ class Barrier:
         return gate
 
     @asynccontextmanager
-    async def hold(self, tps: Collection[TP]) -> AsyncIterator[None]:
-        """Close ``tps``' gates, wait until none of their records is in a handler, and
-        keep them closed until the block ends."""
-        gates = [self.gate(tp) for tp in tps]
-        for gate in gates:
+    async def hold(self, tps: Collection[TP], *, limit: float) -> AsyncIterator[set[TP]]:
+        """Close ``tps``' gates and wait until none of their records is in a handler;
+        yield those that got there within ``limit`` seconds, held until the block ends.
+
+        A partition whose handler outlasts ``limit`` is let go at once (its gate
+        opens) and left out: it commits at a later tick, and one stuck handler does
+        not hold up the commits of every other partition.
+        """
+        gates = {tp: self.gate(tp) for tp in tps}
+        for gate in gates.values():
             gate.close()
         try:
-            for gate in gates:
-                await gate.drained()
-            yield
+            with anyio.move_on_after(limit):
+                for gate in gates.values():
+                    await gate.drained()
+            for tp in [tp for tp, gate in gates.items() if gate.busy]:
+                gates.pop(tp).open()
+            yield set(gates)
         finally:
-            for gate in gates:
+            for gate in gates.values():
                 gate.open()

@@ -24,7 +24,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from fairstream.errors import FairstreamError, describe
 from fairstream.ranges import to_commit
-from fairstream.runtime._barrier import Barrier
+from fairstream.runtime._barrier import HOLD_LIMIT, Barrier
 from fairstream.runtime._offsets import OffsetTracker
 from fairstream.runtime._ports import KafkaClients, ShadowClients
 from fairstream.runtime._record import TP
@@ -152,14 +152,15 @@ class Committer:
         owned = self._offsets.partitions.keys() if tps is None else tps
         keyed = [tp for tp in owned if barrier is not None and barrier.covers(tp)]
         held = {tp for tp in keyed if transactions.has_open(tp)}
-        async with barrier.hold(held) if barrier is not None else nullcontext():
+        holding = barrier.hold(held, limit=HOLD_LIMIT) if barrier is not None else nullcontext(held)
+        async with holding as drained:
             pending = self._pending(tps)
             offsets = {tp: (offset, to_commit(meta)) for tp, (offset, meta) in pending.items()}
             busy: dict[TP, int | None] = {
                 tp: offset for tp, offset in self._busy().items() if tp not in keyed
             }
             for tp in keyed:
-                if tp not in held or self._offsets.map_missing(tp):
+                if tp not in drained or self._offsets.map_missing(tp):
                     busy[tp] = None  # its records may be in a handler, or it lacks its map
                 if self._offsets.map_missing(tp):
                     offsets.pop(tp, None)

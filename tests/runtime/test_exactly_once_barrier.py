@@ -116,7 +116,8 @@ async def test_a_held_partition_starts_nothing_and_its_handlers_finish_first(
             for tp in (HELD, OTHER):
                 await lane.admit(Dispatch(0, [Slice(tp, _records(tp))]))
             await ended_at_least(HELD, 50)
-            async with barrier.hold([HELD]):
+            async with barrier.hold([HELD], limit=30) as drained:
+                assert drained == {HELD}
                 # Every record of HELD that started has finished, and is marked.
                 assert started[HELD] == ended[HELD]
                 done = [o for o in range(PER_PARTITION) if offsets.finished(HELD, o)]
@@ -130,3 +131,15 @@ async def test_a_held_partition_starts_nothing_and_its_handlers_finish_first(
             tasks.cancel_scope.cancel()
     assert not failures
     assert offsets.next_commit(HELD) == PER_PARTITION
+
+
+async def test_a_handler_that_outlasts_the_limit_leaves_only_its_partition_out() -> None:
+    barrier = Barrier(["t"])
+    hung, idle = barrier.gate(HELD), barrier.gate(OTHER)
+    hung.enter()  # a run that does not end
+    with anyio.fail_after(5):
+        async with barrier.hold([HELD, OTHER], limit=0.05) as drained:
+            assert drained == {OTHER}
+            assert not hung.closed  # let go at once: its other keys go on
+            assert idle.closed
+    assert not idle.closed
