@@ -269,9 +269,11 @@ class OffsetTracker:
 
     def map_missing(self, tp: TP) -> bool:
         """``tp``'s next commit lacks the offset map of the records finished above its
-        watermark (maps are off, or it does not fit the metadata)."""
+        watermark, here or by a previous owner (maps are off, or it does not fit)."""
         state = self.partitions.get(tp)
-        return state is not None and (not self.maps or state.map_dropped) and state.unfinished
+        if state is None or (self.maps and not state.map_dropped):
+            return False
+        return state.unfinished or bool(state.skip)
 
     def finisher(self, tp: TP) -> Callable[[Sequence[Record[Any]]], None]:
         """:meth:`PartitionOffsets.finish_all` for ``tp``, looked up once for a run of

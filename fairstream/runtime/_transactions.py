@@ -311,16 +311,24 @@ class Transactions:
         """Close ``tps``' producers (revoked or lost); an open transaction is aborted.
 
         Their next owner fences the ids anyway; closing now frees the connections and
-        lets this member fence afresh if a partition comes back.
+        lets this member fence afresh if a partition comes back. A commit of the
+        partition under way (the periodic one, beside a revoke) ends first: aborting
+        under it would leave it committing a transaction that is gone.
         """
         for tp in sorted(set(tps) & self._producers.keys()):
-            producer = self._producers.pop(tp)
-            self._locks.pop(tp)
-            self._unfinished.discard(tp)
-            if tp in self._open:
-                self._open.discard(tp)
-                await self._abort(tp, producer)
-            await producer.stop()
+            lock = self._locks.get(tp)
+            if lock is None:
+                continue  # released meanwhile
+            async with lock:
+                if self._locks.get(tp) is not lock:
+                    continue  # released (and perhaps fenced afresh) meanwhile
+                producer = self._producers.pop(tp)
+                del self._locks[tp]
+                self._unfinished.discard(tp)
+                if tp in self._open:
+                    self._open.discard(tp)
+                    await self._abort(tp, producer)
+                await producer.stop()
 
     async def aclose(self) -> None:
         await self.release(list(self._producers))

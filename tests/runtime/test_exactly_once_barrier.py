@@ -143,3 +143,20 @@ async def test_a_handler_that_outlasts_the_limit_leaves_only_its_partition_out()
             assert not hung.closed  # let go at once: its other keys go on
             assert idle.closed
     assert not idle.closed
+
+
+def test_what_a_commit_counts_as_finished_and_when_it_lacks_its_map() -> None:
+    offsets = OffsetTracker()
+    offsets.assign(HELD, committed=None)
+    records = _records(HELD)[:10]
+    offsets.admit_all(HELD, records)
+    offsets.finish(HELD, 0)
+    offsets.finish(HELD, 5)
+    assert [o for o in range(10) if offsets.finished(HELD, o)] == [0, 5]
+    offsets.pending()
+    assert not offsets.map_missing(HELD)  # 5 is in the map above the watermark 1
+    offsets.maps = False
+    assert offsets.map_missing(HELD)  # without the map, 5's outputs would commit unmarked
+    for record in records:
+        offsets.finish(HELD, record.offset)
+    assert not offsets.map_missing(HELD)  # all below the watermark: nothing to mark
