@@ -33,7 +33,7 @@ import anyio
 
 from fairstream.runtime._record import TP
 
-__all__ = ["HOLD_LIMIT", "OPEN", "Barrier", "Gate"]
+__all__ = ["HOLD_LIMIT", "OPEN", "Barrier", "Gate", "Hold"]
 
 HOLD_LIMIT = 1.0
 """Seconds a commit tick waits for a keyed partition's handlers before it leaves that
@@ -123,24 +123,44 @@ class Barrier:
         return gate
 
     @asynccontextmanager
-    async def hold(self, tps: Collection[TP], *, limit: float) -> AsyncIterator[set[TP]]:
+    async def hold(self, tps: Collection[TP], *, limit: float) -> AsyncIterator[Hold]:
         """Close ``tps``' gates and wait until none of their records is in a handler;
-        yield those that got there within ``limit`` seconds, held until the block ends.
+        the :class:`Hold` holds those that got there within ``limit`` seconds until
+        each is let go, or the block ends.
 
         A partition whose handler outlasts ``limit`` is let go at once (its gate
         opens) and left out: it commits at a later tick, and one stuck handler does
         not hold up the commits of every other partition.
         """
-        gates = {tp: self.gate(tp) for tp in tps}
-        for gate in gates.values():
+        held = Hold({tp: self.gate(tp) for tp in tps})
+        for gate in held.gates.values():
             gate.close()
         try:
             with anyio.move_on_after(limit):
-                for gate in gates.values():
+                for gate in held.gates.values():
                     await gate.drained()
-            for tp in [tp for tp, gate in gates.items() if gate.busy]:
-                gates.pop(tp).open()
-            yield set(gates)
+            for tp in [tp for tp, gate in held.gates.items() if gate.busy]:
+                held.let_go(tp)
+            yield held
         finally:
-            for gate in gates.values():
-                gate.open()
+            for tp in list(held.gates):
+                held.let_go(tp)
+
+
+@final
+class Hold:
+    """The partitions a commit holds still, none of their records in a handler."""
+
+    __slots__ = ("gates",)
+
+    def __init__(self, gates: dict[TP, Gate]) -> None:
+        self.gates = gates
+
+    def __contains__(self, tp: object) -> bool:
+        return tp in self.gates
+
+    def let_go(self, tp: TP) -> None:
+        """``tp`` is committed (or left for a later tick): its records may start again."""
+        gate = self.gates.pop(tp, None)
+        if gate is not None:
+            gate.open()

@@ -14,7 +14,6 @@ partitions are held still for that by ``_barrier``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
 
 import anyio
 import structlog
@@ -59,7 +58,7 @@ class Committer:
         self._map_checked = False
         self._transactions = transactions
         self._busy = busy
-        self._barrier = barrier
+        self._barrier = barrier or Barrier(())  # no keyed lane: it holds nothing
 
     async def acknowledge(self, tp: TP, next_offset: int) -> bool:
         """``ack='manual'``: every record of ``tp`` below ``next_offset`` is done; commit.
@@ -150,10 +149,9 @@ class Committer:
         transactions, barrier = self._transactions, self._barrier
         assert transactions is not None
         owned = self._offsets.partitions.keys() if tps is None else tps
-        keyed = [tp for tp in owned if barrier is not None and barrier.covers(tp)]
+        keyed = [tp for tp in owned if barrier.covers(tp)]
         held = {tp for tp in keyed if transactions.has_open(tp)}
-        holding = barrier.hold(held, limit=HOLD_LIMIT) if barrier is not None else nullcontext(held)
-        async with holding as drained:
+        async with barrier.hold(held, limit=HOLD_LIMIT) as drained:
             pending = self._pending(tps)
             offsets = {tp: (offset, to_commit(meta)) for tp, (offset, meta) in pending.items()}
             busy: dict[TP, int | None] = {
@@ -165,7 +163,9 @@ class Committer:
                 if self._offsets.map_missing(tp):
                     offsets.pop(tp, None)
             with anyio.fail_after(self._timeout):
-                done = await transactions.commit(offsets, busy, self._offsets.finished)
+                done = await transactions.commit(
+                    offsets, busy, self._offsets.finished, committed=drained.let_go
+                )
         committed = {tp: pending[tp] for tp in done if tp in pending}
         if committed:
             self._stats.commits += 1

@@ -130,7 +130,10 @@ class Transactions:
         self._bootstrap = bootstrap
         self._new_producer = new_producer
         self._producers: dict[TP, TransactionalProducer] = {}
-        self._locks: dict[TP, anyio.Lock] = {}
+        self._locks: dict[TP, anyio.Semaphore] = {}
+        """One per partition: its publishes and its commit take turns. A semaphore, not
+        a lock: a tick takes the locks it commits under, and each commit's own task
+        lets its one go."""
         self._open: set[TP] = set()
         self._sent: dict[TP, list[asyncio.Future[object]]] = {}
         """Deliveries of the open transactions, awaited before their commit: a publish
@@ -167,7 +170,7 @@ class Transactions:
                     exc,
                 ) from exc
             self._producers[tp] = producer
-            self._locks[tp] = anyio.Lock()
+            self._locks[tp] = anyio.Semaphore(1)
             self._outputs.pop(tp, None)
         log.debug("transactions_fenced", partitions=sorted(tps))
 
@@ -214,6 +217,8 @@ class Transactions:
         offsets: Mapping[TP, tuple[int, str]],
         busy: Mapping[TP, int | None],
         finished: Callable[[TP, int], bool],
+        *,
+        committed: Callable[[TP], None] = lambda tp: None,
     ) -> set[TP]:
         """Commit the partitions' transactions; those committed with their ``offsets``.
 
@@ -229,7 +234,8 @@ class Transactions:
         aborted if an output's record is not ``finished`` (its handler was cancelled:
         ``_unfinished``). The partitions are chosen and their locks taken before the
         first await, so no publish slips in between the choice and the commit; a
-        publish waits for it.
+        publish waits for it. ``committed`` is told of each partition once its
+        commit ended (the barrier lets it go on).
 
         :raises BrokerError: a transaction failed (aborted where it still could be).
         """
@@ -265,15 +271,28 @@ class Transactions:
                 self._unfinished.add(tp)
             chosen[tp] = target
         done: set[TP] = set()
-        try:
-            for tp, target in chosen.items():
+        failed: list[BrokerError] = []
+        locks = {tp: self._locks[tp] for tp in chosen}
+
+        async def commit_one(tp: TP, target: tuple[int, str] | None) -> None:
+            try:
                 await self._commit_one(tp, target)
-                if target is not None and tp not in self._unfinished and target == offsets.get(tp):
-                    done.add(tp)
-        finally:
-            for tp in chosen:
-                if tp in self._locks:
-                    self._locks[tp].release()
+            except BrokerError as exc:
+                failed.append(exc)
+                return
+            finally:
+                locks[tp].release()
+                committed(tp)
+            if target is not None and tp not in self._unfinished and target == offsets.get(tp):
+                done.add(tp)
+
+        # Side by side: each has its own producer, and a tick lasts as long as the
+        # slowest commit, not their sum (a keyed partition stands still until its own).
+        async with anyio.create_task_group() as tasks:
+            for tp, target in chosen.items():
+                tasks.start_soon(commit_one, tp, target)
+        if failed:
+            raise failed[0]
         return done
 
     async def _commit_one(self, tp: TP, target: tuple[int, str] | None) -> None:

@@ -193,15 +193,16 @@ async def test_rebalance_storm_loses_and_duplicates_nothing(
     joiner: subprocess.Popen[bytes] | None = None
     try:
         cycles = 0
-        with anyio.move_on_after(STORM_SECONDS):
-            while await group.committed() < STORM_RECORDS:
-                cycles += 1
-                joiner = _spawn(env, f"eos-{1 + cycles % 2}", log)
-                await anyio.sleep(3)  # the storm's pace, not a wait for an event
-                assert await stop_sink(joiner, signal.SIGTERM, 30) == 0
-                if cycles % 3 == 0:
-                    await stop_sink(steady, signal.SIGKILL, 10)
-                    steady = _spawn(env, "eos-0", log)
+        # Whole cycles only (a deadline that cut one short could leave no member up).
+        ends = anyio.current_time() + STORM_SECONDS
+        while anyio.current_time() < ends and await group.committed() < STORM_RECORDS:
+            cycles += 1
+            joiner = _spawn(env, f"eos-{1 + cycles % 2}", log)
+            await anyio.sleep(3)  # the storm's pace, not a wait for an event
+            assert await stop_sink(joiner, signal.SIGTERM, 30) == 0
+            if cycles % 3 == 0:
+                await stop_sink(steady, signal.SIGKILL, 10)
+                steady = _spawn(env, "eos-0", log)
         assert cycles >= 5, "the records ran out before the storm did"
         await group.wait_committed(STORM_RECORDS, limit=120)
         assert await stop_sink(steady, signal.SIGTERM, 30) == 0
