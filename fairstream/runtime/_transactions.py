@@ -244,11 +244,13 @@ class Transactions:
                 if tp in self._open:
                     await self._abort(tp, producer)
             raise self._failure
+        if unfenced := [tp for tp in offsets if tp not in self._producers]:
+            await self.fence(unfenced)  # not fenced at assignment (the in-memory broker)
         chosen: dict[TP, tuple[int, str] | None] = {}
         for tp in sorted(set(offsets) | self._open):
             lock = self._locks.get(tp)
             if lock is None or tp in self._unfinished:
-                continue  # not fenced yet (nothing was published), or aborted for good
+                continue  # released meanwhile, or aborted for good
             outputs = self._outputs.get(tp, ())
             target = offsets.get(tp)
             cancelled = False

@@ -144,3 +144,18 @@ async def test_a_hung_keyed_handler_holds_up_only_its_own_partition() -> None:
         # The barrier let partition 0 go for this tick rather than wait for its handler.
         assert _outputs(broker) == [b"v%02d" % n for n in range(20)]
     assert broker.committed("g", "in", 0) is None
+
+
+async def test_offsets_commit_for_records_that_published_nothing() -> None:
+    broker = MemoryBroker()
+    broker.create_topic("in")
+    app = _app(broker)
+
+    @app.subscriber("in")
+    async def drop(record: Record[bytes]) -> None: ...
+
+    async with app:
+        await broker.publish("in", b"a")
+        with anyio.fail_after(5):
+            await broker.drain(app)
+    assert broker.committed("g", "in", 0) == 1
