@@ -8,7 +8,7 @@ import anyio
 import pytest
 from aiokafka.errors import ProducerFenced
 
-from fairstream import App, Record, SchedulerConfig
+from fairstream import App, Record, RetryPolicy, SchedulerConfig
 from fairstream.testing import MemoryBroker
 from fairstream.testing._transactions import MemoryProducer
 
@@ -159,3 +159,31 @@ async def test_offsets_commit_for_records_that_published_nothing() -> None:
         with anyio.fail_after(5):
             await broker.drain(app)
     assert broker.committed("g", "in", 0) == 1
+
+
+async def test_a_dead_letter_commits_in_the_transaction_of_its_record() -> None:
+    broker = MemoryBroker()
+    broker.create_topic("in")
+    broker.create_topic("out")
+    app = App(
+        group_id="g",
+        clients=broker.clients,
+        processing="exactly_once",
+        scheduler=SchedulerConfig(ordering="key", concurrency=4),
+        retry=RetryPolicy(attempts=2, backoff=0.001),
+    )
+
+    @app.subscriber("in")
+    async def transform(record: Record[bytes]) -> None:
+        if record.value == b"bad":
+            raise ValueError("bad input")
+        await app.publish("out", record.value)
+
+    async with app:
+        for value in (b"a", b"bad", b"b"):
+            await broker.publish("in", value, key=value)
+        with anyio.fail_after(5):
+            await broker.drain(app)
+    assert _outputs(broker) == [b"a", b"b"]
+    assert [record.value for record in broker.records("in.dlq")] == [b"bad"]
+    assert broker.committed("g", "in", 0) == 3
