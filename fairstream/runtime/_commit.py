@@ -151,20 +151,21 @@ class Committer:
         owned = self._offsets.partitions.keys() if tps is None else tps
         keyed = [tp for tp in owned if barrier.covers(tp)]
         held = {tp for tp in keyed if transactions.has_open(tp)}
-        async with barrier.hold(held, limit=HOLD_LIMIT) as drained:
+        async with barrier.hold(held, limit=HOLD_LIMIT) as still:
             pending = self._pending(tps)
             offsets = {tp: (offset, to_commit(meta)) for tp, (offset, meta) in pending.items()}
             busy: dict[TP, int | None] = {
                 tp: offset for tp, offset in self._busy().items() if tp not in keyed
             }
             for tp in keyed:
-                if tp not in drained or self._offsets.map_missing(tp):
-                    busy[tp] = None  # its records may be in a handler, or it lacks its map
-                if self._offsets.map_missing(tp):
+                missing = self._offsets.map_missing(tp)
+                if missing:
                     offsets.pop(tp, None)
+                if missing or tp not in still:
+                    busy[tp] = None  # its records may be in a handler, or it lacks its map
             with anyio.fail_after(self._timeout):
                 done = await transactions.commit(
-                    offsets, busy, self._offsets.finished, committed=drained.let_go
+                    offsets, busy, self._offsets.finished, committed=still.let_go
                 )
         committed = {tp: pending[tp] for tp in done if tp in pending}
         if committed:
