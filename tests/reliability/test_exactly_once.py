@@ -22,8 +22,10 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from fairstream.runtime._static_leave import _StaticLeave
+from fairstream.testing import free_port
 from tests.conftest import Broker
 from tests.kafka_helpers import input_output_topics, produce, produce_keyed, read_committed
+from tests.reliability.outage import ready_status
 from tests.reliability.scenarios import REPO, stop_sink
 
 pytestmark = pytest.mark.broker
@@ -40,12 +42,16 @@ records in a handler and hundreds finished out of order above the committed offs
 KEYED_IDS = [f"key-{n}".encode() for n in range(KEYED_RECORDS)]
 
 
-def _spawn(env: dict[str, str], name: str, log: Path) -> subprocess.Popen[bytes]:
+def _spawn(
+    env: dict[str, str], name: str, log: Path, *, port: int | None = None
+) -> subprocess.Popen[bytes]:
+    """The eos app as a process; with ``port`` its status endpoints listen there."""
+    status = () if port is None else ("--http-port", str(port), "--http-host", "127.0.0.1")
     with open(log, "ab") as err:
         return subprocess.Popen(
             [
                 *(sys.executable, "-m", "fairstream", "--log-level", "WARNING", "run"),
-                *("tests.reliability.eos_app:build", "--log-format", "json"),
+                *("tests.reliability.eos_app:build", "--log-format", "json", *status),
             ],
             cwd=REPO,
             env={**os.environ, **env, "FAIRSTREAM_INSTANCE_ID": name},
@@ -53,6 +59,18 @@ def _spawn(env: dict[str, str], name: str, log: Path) -> subprocess.Popen[bytes]
             stdout=subprocess.DEVNULL,
             stderr=err,
         )
+
+
+async def _spawn_ready(env: dict[str, str], name: str, log: Path) -> subprocess.Popen[bytes]:
+    """The eos app as a process, once it has joined (its ``/ready`` answers 200): a
+    SIGTERM before its handler is in place kills a static member that then never
+    leaves its group, and noida never evicts it."""
+    port = free_port()
+    process = _spawn(env, name, log, port=port)
+    with anyio.fail_after(60):
+        while await ready_status(port) != 200:  # noqa: ASYNC110 - another process's state
+            await anyio.sleep(0.1)
+    return process
 
 
 class _Group:
@@ -189,7 +207,7 @@ async def test_rebalance_storm_loses_and_duplicates_nothing(
     }
     log = tmp_path / "app.log"
     await group.start()
-    steady = _spawn(env, "eos-0", log)
+    steady = await _spawn_ready(env, "eos-0", log)
     joiner: subprocess.Popen[bytes] | None = None
     try:
         cycles = 0
@@ -197,12 +215,12 @@ async def test_rebalance_storm_loses_and_duplicates_nothing(
         ends = anyio.current_time() + STORM_SECONDS
         while anyio.current_time() < ends and await group.committed() < STORM_RECORDS:
             cycles += 1
-            joiner = _spawn(env, f"eos-{1 + cycles % 2}", log)
+            joiner = await _spawn_ready(env, f"eos-{1 + cycles % 2}", log)
             await anyio.sleep(3)  # the storm's pace, not a wait for an event
             assert await stop_sink(joiner, signal.SIGTERM, 30) == 0
             if cycles % 3 == 0:
                 await stop_sink(steady, signal.SIGKILL, 10)
-                steady = _spawn(env, "eos-0", log)
+                steady = await _spawn_ready(env, "eos-0", log)
         assert cycles >= 5, "the records ran out before the storm did"
         await group.wait_committed(STORM_RECORDS, limit=120)
         assert await stop_sink(steady, signal.SIGTERM, 30) == 0
