@@ -20,7 +20,9 @@ handlers stand still for the longest handler call in flight when the tick came
 transaction commit's round trips, and its handler slots are lent to other
 partitions meanwhile. A handler that runs for seconds holds its partition's commit
 (and every output of that partition) that long; a tick waits for it at most
-:data:`HOLD_LIMIT`, then commits the other partitions without it.
+:data:`HOLD_LIMIT`, then commits the other partitions without it, and the partition
+stays held until a later tick finds its handlers done: a partition whose handler
+calls all outlast the limit still commits, one call apart.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ from fairstream.runtime._record import TP
 __all__ = ["HOLD_LIMIT", "OPEN", "Barrier", "Gate", "Hold"]
 
 HOLD_LIMIT = 1.0
-"""Seconds a commit tick waits for a keyed partition's handlers before it leaves that
-partition for a later tick (a handler that hangs must not stop every commit)."""
+"""Seconds a commit tick waits for a keyed partition's handlers before it commits the
+others and leaves that partition, still held, for a later tick (a handler that
+hangs must not stop every commit)."""
 
 
 @final
@@ -111,6 +114,8 @@ class Barrier:
     def __init__(self, topics: Collection[str]) -> None:
         self._topics = frozenset(topics)
         self._gates: dict[TP, Gate] = {}
+        self._carried: dict[TP, Gate] = {}
+        """Gates a hold left closed: their partitions had a record in a handler still."""
 
     def covers(self, tp: TP) -> bool:
         """``tp``'s records run in a keyed lane: its commits go through the barrier."""
@@ -128,19 +133,27 @@ class Barrier:
         the :class:`Hold` holds those that got there within ``limit`` seconds until
         each is let go, or the block ends.
 
-        A partition whose handler outlasts ``limit`` is let go at once (its gate
-        opens) and left out: it commits at a later tick, and one stuck handler does
-        not hold up the commits of every other partition.
+        A partition whose handler outlasts ``limit`` is left out but stays closed,
+        carried over to the next hold: it commits at a later tick, once its handlers
+        finished (a slow handler holds up its own partition, and each tick's others
+        at most ``limit``). A carried partition that the next hold does not name
+        (revoked, say) opens then.
         """
         held = Hold({tp: self.gate(tp) for tp in tps})
         for gate in held.gates.values():
             gate.close()
+        for tp in list(self._carried):  # this hold closed them again, or lets them go
+            self._carried.pop(tp).open()
         try:
             with anyio.move_on_after(limit):
                 for gate in held.gates.values():
                     await gate.drained()
             for tp in [tp for tp, gate in held.gates.items() if gate.busy]:
-                held.let_go(tp)
+                gate = held.gates.pop(tp)
+                if tp in self._carried:  # a hold beside this one carries it already
+                    gate.open()
+                else:
+                    self._carried[tp] = gate
             yield held
         finally:
             for tp in list(held.gates):

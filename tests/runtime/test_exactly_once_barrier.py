@@ -133,16 +133,32 @@ async def test_a_held_partition_starts_nothing_and_its_handlers_finish_first(
     assert offsets.next_commit(HELD) == PER_PARTITION
 
 
-async def test_a_handler_that_outlasts_the_limit_leaves_only_its_partition_out() -> None:
+async def test_a_handler_that_outlasts_the_limit_leaves_its_partition_held_for_later() -> None:
     barrier = Barrier(["t"])
-    hung, idle = barrier.gate(HELD), barrier.gate(OTHER)
-    hung.enter()  # a run that does not end
+    slow, idle = barrier.gate(HELD), barrier.gate(OTHER)
+    slow.enter()  # a handler call that outlasts the limit
     with anyio.fail_after(5):
-        async with barrier.hold([HELD, OTHER], limit=0.05) as drained:
-            assert set(drained.gates) == {OTHER}
-            assert not hung.closed  # let go at once: its other keys go on
-            assert idle.closed
+        async with barrier.hold([HELD, OTHER], limit=0.05) as held:
+            assert set(held.gates) == {OTHER}  # committed without waiting any longer
+        assert not idle.closed
+        assert slow.closed  # still held: no record of it starts before its commit
+        slow.leave()
+        async with barrier.hold([HELD, OTHER], limit=1) as held:  # the next tick
+            assert set(held.gates) == {HELD, OTHER}
+    assert not slow.closed
     assert not idle.closed
+
+
+async def test_a_held_over_partition_the_next_hold_does_not_name_opens() -> None:
+    barrier = Barrier(["t"])
+    barrier.gate(HELD).enter()
+    with anyio.fail_after(5):
+        async with barrier.hold([HELD], limit=0.01):
+            pass
+        assert barrier.gate(HELD).closed
+        async with barrier.hold([OTHER], limit=1):  # HELD was revoked meanwhile
+            pass
+    assert not barrier.gate(HELD).closed
 
 
 def test_what_a_commit_counts_as_finished_and_when_it_lacks_its_map() -> None:
