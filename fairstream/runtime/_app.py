@@ -193,7 +193,7 @@ class App(HandlerRegistry, HookRegistry):
                 "subscribers", [], "the app has no handler", "decorate one with @app.subscriber"
             )
         if self.processing == "exactly_once":
-            check_subscribers(self._subscribers)
+            check_subscribers(self._subscribers, offset_map=self.scheduler_config.offset_map)
         self._clients = self._clients_factory(self, self._subscribers)
         self._engine = Engine(
             group_id=self.group_id,

@@ -37,6 +37,7 @@ from fairstream.runtime._reachability import BrokerWatch
 from fairstream.runtime._record import TP, Record
 from fairstream.runtime._stats import AppStats, StatsRecorder
 from fairstream.runtime._subscriber import Subscriber
+from fairstream.runtime.flow._barrier import Barrier
 from fairstream.runtime.flow._commit import Committer
 from fairstream.runtime.flow._fetch import FetchRoom
 from fairstream.runtime.flow._handling import DispatchRunner
@@ -77,8 +78,11 @@ class Engine:
         self._scheduler: FairScheduler[Record[bytes]] = FairScheduler(
             quota=scheduler.partition_quota, shadow_limit=max(1, self._worker_count // 2)
         )
+        transactions = clients.transactions if isinstance(clients, TransactionalClients) else None
         for lane, sub in enumerate(subscribers):
-            self._scheduler.configure_lane(lane, single=not sub.batch, limit=sub.concurrency)
+            # Exactly-once: a batch holds one partition, so its outputs have one transaction.
+            single = not sub.batch or transactions is not None
+            self._scheduler.configure_lane(lane, single=single, limit=sub.concurrency)
         self._offsets = OffsetTracker()
         self._offsets.maps = scheduler.offset_map
         self.stats_recorder = StatsRecorder()
@@ -110,7 +114,12 @@ class Engine:
         runner = DispatchRunner(
             self._offsets, clients.dead_letter, self.stats_recorder, manual_ack=ack == "manual"
         )
-        transactions = clients.transactions if isinstance(clients, TransactionalClients) else None
+        # Exactly-once holds a keyed lane's partition still while it commits (_barrier).
+        barrier = (
+            Barrier([topic for sub in subscribers if sub.keyed for topic in sub.topics])
+            if transactions is not None
+            else None
+        )
         self._committer = Committer(
             group_id=group_id,
             clients=clients,
@@ -119,6 +128,7 @@ class Engine:
             timeout=scheduler.commit_timeout,
             transactions=transactions,
             busy=runner.busy,
+            barrier=barrier,
         )
         self._stuck = StuckWatch(runner.in_hand, warn_after=scheduler.stuck_handler_warning)
         self._workers = Workers(
@@ -129,6 +139,7 @@ class Engine:
             replayed=self._shadows.notify if self._shadows is not None else lambda: None,
             fail=self._fail,
             room=2 * scheduler.partition_quota,
+            barrier=barrier,
         )
         self._rebalancer = Rebalancer(
             group_id=group_id,

@@ -8,11 +8,14 @@ The transactions themselves live in ``_transactions``; this module refuses, with
 - parallel rebalance (KIP-333): a shadow replays a backlog beside new records and
   commits offset maps a previous owner's handover fills in, progress that is not in
   any transaction.
-- ``ordering="key"``/``"none"``: records of a partition finish out of order, so a
-  commit tick must wait until no record of the partition is in a handler before it
-  commits the outputs with their offsets (the barrier). Planned, not built yet.
-- batch handlers: a batch may hold records of several partitions, each with its
-  own transaction. Planned, not built yet.
+- ``offset_map=False`` with ``ordering="key"``/``"none"``: records of a partition
+  finish out of order, and the outputs of those finished above the committed offset
+  are committed with the offset map that says so (``_barrier``); without the map a
+  restart would handle them, and publish their outputs, again.
+
+Everything else works: keyed lanes commit through the barrier (``_barrier``), and a
+batch handler's dispatches hold one partition each under exactly-once (the engine
+makes its lane single), so a batch's outputs go into that partition's transaction.
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ def check_processing(
     return "exactly_once"
 
 
-def check_subscribers(subscribers: Sequence[Subscriber]) -> None:
+def check_subscribers(subscribers: Sequence[Subscriber], *, offset_map: bool) -> None:
     """Refuse the handlers exactly-once does not support yet (see the module doc).
 
     :raises ConfigError: naming the handler and what to change.
@@ -86,20 +89,12 @@ def check_subscribers(subscribers: Sequence[Subscriber]) -> None:
                 "shadow's replayed progress is committed outside any transaction",
                 "leave it off",
             )
-        if sub.batch:
-            raise ConfigError(
-                where,
-                None,
-                "batch handlers are not supported with processing='exactly_once' yet "
-                "(planned): a batch may span partitions, each with its own transaction",
-                "use a per-record handler",
-            )
-        if sub.ordering != "partition" and sub.concurrency > 1:
+        if sub.keyed and not offset_map:
             raise ConfigError(
                 where,
                 sub.ordering,
-                "ordering other than 'partition' is not supported with "
-                "processing='exactly_once' yet (planned): records finishing out of order "
-                "need a commit barrier so no output commits without its offset",
-                "use ordering='partition'",
+                "needs the offset map with processing='exactly_once': the outputs of "
+                "records finished above the committed offset commit with the map that "
+                "marks them done, or a restart would publish them again",
+                "leave SchedulerConfig(offset_map=True), or use ordering='partition'",
             )

@@ -39,9 +39,11 @@ from aiokafka.structs import ConsumerRecord
 from fairstream.assign import GroupSnapshot, plan
 from fairstream.errors import ConfigError
 from fairstream.runtime._ports import ConsumerPort, InTurn, KafkaClients
-from fairstream.runtime._record import Headers
+from fairstream.runtime._record import TP, Headers
 from fairstream.runtime._subscriber import Subscriber
 from fairstream.runtime.flow._dead_letter import dead_letter_headers
+from fairstream.runtime.flow._transactions import Transactions, handled_partition
+from fairstream.testing._transactions import MemoryProducer
 
 if TYPE_CHECKING:
     from fairstream.runtime._app import App
@@ -80,6 +82,8 @@ class MemoryBroker:
         self._changed = anyio.Event()
         self._members = itertools.count(1)
         self._round_robin = itertools.count()
+        self._epochs: dict[str, int] = {}
+        """Per transactional id, the epoch of its live producer (``_transactions``)."""
 
     # --- topics ---------------------------------------------------------------------
 
@@ -108,9 +112,24 @@ class MemoryBroker:
         Without ``partition``, a keyed record goes where Kafka's default partitioner
         puts it (:func:`partition_for`), a record without a key round-robin.
         """
+        return self._append(topic, value, key=key, headers=headers, partition=partition)
+
+    def _log(self, topic: str) -> list[list[ConsumerRecord[bytes, bytes]]]:
         log = self._topics.get(topic)
         if log is None:
             raise ConfigError("topic", topic, "does not exist", "call create_topic first")
+        return log
+
+    def _append(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None,
+        headers: Headers,
+        partition: int | None,
+    ) -> int:
+        log = self._log(topic)
         if partition is None:
             partition = (
                 next(self._round_robin) % len(log) if key is None else partition_for(key, len(log))
@@ -134,6 +153,9 @@ class MemoryBroker:
         )
         self._notify()
         return offset
+
+    def _commit(self, group_id: str, tp: TopicPartition, committed: tuple[int, str]) -> None:
+        self._groups.setdefault(group_id, _Group()).committed[tp] = committed
 
     def records(self, topic: str) -> list[ConsumerRecord[bytes, bytes]]:
         """Every record of ``topic``, partition by partition (e.g. a dead-letter topic)."""
@@ -188,7 +210,12 @@ class MemoryBroker:
 
     def clients(self, app: App, subscribers: Sequence[Subscriber]) -> KafkaClients:
         """Pass as ``App(clients=broker.clients)`` to run the app on this broker."""
-        return _MemoryClients(self, app.group_id, app.consumer_config.auto_offset_reset)
+        return _MemoryClients(
+            self,
+            app.group_id,
+            app.consumer_config.auto_offset_reset,
+            exactly_once=app.processing == "exactly_once",
+        )
 
     @asynccontextmanager
     async def run(self, app: App, *, partitions: int = 1) -> AsyncIterator[MemoryBroker]:
@@ -339,12 +366,24 @@ class _MemoryConsumer:
 class _MemoryClients:
     """``KafkaClients`` on a :class:`MemoryBroker`."""
 
-    def __init__(self, broker: MemoryBroker, group_id: str, reset: str) -> None:
+    def __init__(
+        self, broker: MemoryBroker, group_id: str, reset: str, *, exactly_once: bool
+    ) -> None:
         self._broker = broker
         self._group_id = group_id
         self._reset = reset
         self._consumer = _MemoryConsumer(broker, group_id, reset)
         self._subscription: tuple[Sequence[str], ConsumerRebalanceListener] | None = None
+        self.transactions = (
+            Transactions(
+                group_id=group_id,
+                bootstrap="memory",
+                new_producer=lambda tid: MemoryProducer(broker, tid, broker._epochs),
+            )
+            if exactly_once
+            else None
+        )
+        """Exactly-once's transactions, each on a ``MemoryProducer`` (``_transactions``)."""
 
     @property
     def consumer(self) -> ConsumerPort:
@@ -397,16 +436,39 @@ class _MemoryClients:
         headers: Headers = (),
         partition: int | None = None,
     ) -> None:
+        if self.transactions is not None and (handled := handled_partition()) is not None:
+            await self._transactional(handled, topic, value, key, headers, partition)
+            return
         await self._broker.publish(topic, value, key=key, headers=headers, partition=partition)
+
+    async def _transactional(
+        self,
+        handled: tuple[TP, int],
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Headers,
+        partition: int | None,
+    ) -> None:
+        """Into the transaction of the handled record's partition (exactly-once)."""
+        assert self.transactions is not None
+        await self.transactions.publish(
+            *handled, topic, value, key=key, headers=headers, partition=partition
+        )
 
     async def dead_letter(
         self, subscriber: Subscriber, raw: Any, error: BaseException, attempts: int
     ) -> None:
         topic = subscriber.dead_letter.topic_for(raw.topic)
         self._broker.create_topic(topic, self._broker.partitions(raw.topic))
-        await self._broker.publish(
-            topic, raw.value, key=raw.key, headers=dead_letter_headers(raw, error, attempts)
-        )
+        headers = dead_letter_headers(raw, error, attempts)
+        if self.transactions is not None:
+            source = ((raw.topic, raw.partition), raw.offset)
+            await self._transactional(source, topic, raw.value, raw.key, headers, None)
+            return
+        await self._broker.publish(topic, raw.value, key=raw.key, headers=headers)
 
     async def aclose(self) -> None:
+        if self.transactions is not None:
+            await self.transactions.aclose()
         self._consumer.leave()

@@ -22,9 +22,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from fairstream.runtime._kafka._static_leave import _StaticLeave
+from fairstream.testing import free_port
 from tests.conftest import Broker
+from tests.reliability.outage import ready_status
 from tests.reliability.scenarios import REPO, stop_sink
-from tests.support.kafka_helpers import input_output_topics, produce, read_committed
+from tests.support.kafka_helpers import input_output_topics, produce, produce_keyed, read_committed
 
 pytestmark = pytest.mark.broker
 
@@ -32,14 +34,24 @@ PARTITIONS, RECORDS = 4, 5_000
 """At 5 ms a record and one record in hand per partition a run takes about 6 s, so
 the kills at a quarter and at half of the records land mid-stream."""
 IDS = [f"id-{n}".encode() for n in range(RECORDS)]
+KEYED_RECORDS, KEYS = 20_000, 256
+"""(b): 64 records in hand at once, 5 ms each, spread over 256 keys: at ~10,000
+records a second a run of 20,000 lasts seconds, so each kill lands with dozens of
+records in a handler and hundreds finished out of order above the committed offsets
+(the offset map's share of the barrier); fewer records would end before the kills."""
+KEYED_IDS = [f"key-{n}".encode() for n in range(KEYED_RECORDS)]
 
 
-def _spawn(env: dict[str, str], name: str, log: Path) -> subprocess.Popen[bytes]:
+def _spawn(
+    env: dict[str, str], name: str, log: Path, *, port: int | None = None
+) -> subprocess.Popen[bytes]:
+    """The eos app as a process; with ``port`` its status endpoints listen there."""
+    status = () if port is None else ("--http-port", str(port), "--http-host", "127.0.0.1")
     with open(log, "ab") as err:
         return subprocess.Popen(
             [
                 *(sys.executable, "-m", "fairstream", "--log-level", "WARNING", "run"),
-                *("tests.reliability.eos_app:build", "--log-format", "json"),
+                *("tests.reliability.eos_app:build", "--log-format", "json", *status),
             ],
             cwd=REPO,
             env={**os.environ, **env, "FAIRSTREAM_INSTANCE_ID": name},
@@ -47,6 +59,18 @@ def _spawn(env: dict[str, str], name: str, log: Path) -> subprocess.Popen[bytes]
             stdout=subprocess.DEVNULL,
             stderr=err,
         )
+
+
+async def _spawn_ready(env: dict[str, str], name: str, log: Path) -> subprocess.Popen[bytes]:
+    """The eos app as a process, once it has joined (its ``/ready`` answers 200): a
+    SIGTERM before its handler is in place kills a static member that then never
+    leaves its group, and noida never evicts it."""
+    port = free_port()
+    process = _spawn(env, name, log, port=port)
+    with anyio.fail_after(60):
+        while await ready_status(port) != 200:  # noqa: ASYNC110 - another process's state
+            await anyio.sleep(0.1)
+    return process
 
 
 class _Group:
@@ -75,10 +99,20 @@ class _Group:
         await self._consumer.stop()
 
 
-async def _inputs(bootstrap: str) -> tuple[dict[str, str], _Group]:
-    """RECORDS inputs on a new topic; the app's environment and its group's reader."""
+async def _inputs(
+    bootstrap: str, ids: list[bytes] = IDS, *, keys: int = 0
+) -> tuple[dict[str, str], _Group]:
+    """``ids`` as inputs on a new topic (over ``keys`` keys, or none); the app's
+    environment and its group's reader."""
     source, sink = await input_output_topics(bootstrap, "eos", PARTITIONS)
-    await produce(bootstrap, source, ((n % PARTITIONS, value) for n, value in enumerate(IDS)))
+    if keys:
+        await produce_keyed(
+            bootstrap,
+            source,
+            ((n % PARTITIONS, b"k%d" % (n % keys), value) for n, value in enumerate(ids)),
+        )
+    else:
+        await produce(bootstrap, source, ((n % PARTITIONS, value) for n, value in enumerate(ids)))
     group_id = f"eos-{uuid.uuid4().hex[:8]}"
     env = {
         "FAIRSTREAM_BOOTSTRAP": bootstrap,
@@ -90,31 +124,115 @@ async def _inputs(bootstrap: str) -> tuple[dict[str, str], _Group]:
     return env, _Group(bootstrap, group_id, source)
 
 
-async def _assert_one_output_each(bootstrap: str, sink: str, log: str = "") -> None:
+async def _assert_one_output_each(
+    bootstrap: str, sink: str, log: str = "", ids: list[bytes] = IDS
+) -> None:
     outputs = Counter(await read_committed(bootstrap, sink, PARTITIONS))
-    assert set(outputs) == set(IDS), log[-2000:]
+    assert set(outputs) == set(ids), log[-2000:]
     duplicated = {value: n for value, n in outputs.items() if n > 1}
     assert not duplicated, f"{len(duplicated)} inputs with more than one output"
 
 
-async def test_sigkill_twice_every_input_has_one_output(own_noida: Broker, tmp_path: Path) -> None:
-    bootstrap = own_noida.bootstrap
-    env, group = await _inputs(bootstrap)
+async def _kill_twice_then_finish(
+    env: dict[str, str], group: _Group, records: int, log: Path
+) -> None:
+    """SIGKILL the app at a quarter and at half of ``records`` committed, restarting it
+    each time; the last run ends them and stops with SIGTERM."""
     await group.start()
     try:
-        for kill_at in (RECORDS // 4, RECORDS // 2):
-            app = _spawn(env, "eos-0", tmp_path / "app.log")
+        for kill_at in (records // 4, records // 2):
+            app = _spawn(env, "eos-0", log)
             at_kill = await group.wait_committed(kill_at)
             await stop_sink(app, signal.SIGKILL, 10)
-            assert at_kill < RECORDS, "the kill came after the last record"
-        app = _spawn(env, "eos-0", tmp_path / "app.log")
-        await group.wait_committed(RECORDS)
+            assert at_kill < records, "the kill came after the last record"
+        app = _spawn(env, "eos-0", log)
+        await group.wait_committed(records)
         assert await stop_sink(app, signal.SIGTERM, 30) == 0
-        assert await group.committed() == RECORDS  # the group ends at the log end
+        assert await group.committed() == records  # the group ends at the log end
     finally:
         await group.aclose()
+
+
+async def test_sigkill_twice_every_input_has_one_output(own_noida: Broker, tmp_path: Path) -> None:
+    """(a) ordering="partition"."""
+    bootstrap = own_noida.bootstrap
+    env, group = await _inputs(bootstrap)
+    await _kill_twice_then_finish(env, group, RECORDS, tmp_path / "app.log")
     log = (tmp_path / "app.log").read_text(errors="replace")
     await _assert_one_output_each(bootstrap, env["EOS_OUTPUT"], log)
+
+
+async def test_sigkill_under_key_ordering_at_concurrency_64(
+    own_noida: Broker, tmp_path: Path
+) -> None:
+    """(b) ordering="key", 64 records in hand: the barrier commits each partition's
+    outputs only with the offsets (and offset map) of the records that made them."""
+    bootstrap = own_noida.bootstrap
+    env, group = await _inputs(bootstrap, KEYED_IDS, keys=KEYS)
+    env |= {"EOS_ORDERING": "key", "EOS_CONCURRENCY": "64"}
+    await _kill_twice_then_finish(env, group, KEYED_RECORDS, tmp_path / "app.log")
+    log = (tmp_path / "app.log").read_text(errors="replace")
+    await _assert_one_output_each(bootstrap, env["EOS_OUTPUT"], log, KEYED_IDS)
+
+
+async def test_sigkill_with_a_batch_handler(own_noida: Broker, tmp_path: Path) -> None:
+    """Batch handlers: under exactly-once a batch holds one partition, and its outputs
+    commit in that partition's transaction with the batch's offsets."""
+    bootstrap = own_noida.bootstrap
+    env, group = await _inputs(bootstrap)
+    env |= {"EOS_BATCH": "1", "EOS_DELAY": "0.05"}
+    await _kill_twice_then_finish(env, group, RECORDS, tmp_path / "app.log")
+    log = (tmp_path / "app.log").read_text(errors="replace")
+    await _assert_one_output_each(bootstrap, env["EOS_OUTPUT"], log)
+
+
+STORM_RECORDS, STORM_SECONDS = 6_000, 40
+"""(e): at 50 ms a record, 8 in hand per member, one member needs ~40 s for them,
+so members come and go through most of the run."""
+STORM_IDS = [f"storm-{n}".encode() for n in range(STORM_RECORDS)]
+
+
+async def test_rebalance_storm_loses_and_duplicates_nothing(
+    own_noida: Broker, tmp_path: Path
+) -> None:
+    """(e) members join and leave every few seconds, and the steady one is killed and
+    restarted now and then: every input has exactly one output."""
+    bootstrap = own_noida.bootstrap
+    env, group = await _inputs(bootstrap, STORM_IDS, keys=KEYS)
+    env |= {
+        "EOS_ORDERING": "key",
+        "EOS_CONCURRENCY": "8",
+        "EOS_DELAY": "0.05",
+        "EOS_LEAVE": "1",
+    }
+    log = tmp_path / "app.log"
+    await group.start()
+    steady = await _spawn_ready(env, "eos-0", log)
+    joiner: subprocess.Popen[bytes] | None = None
+    try:
+        cycles = 0
+        # Whole cycles only (a deadline that cut one short could leave no member up).
+        ends = anyio.current_time() + STORM_SECONDS
+        while anyio.current_time() < ends and await group.committed() < STORM_RECORDS:
+            cycles += 1
+            joiner = await _spawn_ready(env, f"eos-{1 + cycles % 2}", log)
+            await anyio.sleep(3)  # the storm's pace, not a wait for an event
+            assert await stop_sink(joiner, signal.SIGTERM, 30) == 0
+            if cycles % 3 == 0:
+                await stop_sink(steady, signal.SIGKILL, 10)
+                steady = await _spawn_ready(env, "eos-0", log)
+        assert cycles >= 5, "the records ran out before the storm did"
+        await group.wait_committed(STORM_RECORDS, limit=120)
+        assert await stop_sink(steady, signal.SIGTERM, 30) == 0
+        assert await group.committed() == STORM_RECORDS
+    finally:
+        for process in (steady, joiner):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait(10)
+        await group.aclose()
+    text = log.read_text(errors="replace")
+    await _assert_one_output_each(bootstrap, env["EOS_OUTPUT"], text, STORM_IDS)
 
 
 async def test_aborted_transaction_is_never_read(noida: Broker) -> None:

@@ -42,23 +42,14 @@ def test_an_unknown_mode_is_refused() -> None:
         App(group_id="g", processing="at_most_once")  # type: ignore[arg-type]
 
 
-async def test_key_ordering_and_batch_handlers_are_refused_before_connecting() -> None:
-    keyed = _app(scheduler=SchedulerConfig(ordering="key", concurrency=8))
+async def test_key_ordering_without_the_offset_map_is_refused_before_connecting() -> None:
+    keyed = _app(scheduler=SchedulerConfig(ordering="key", concurrency=8, offset_map=False))
 
     @keyed.subscriber("orders")
     async def handle(record: Record[bytes]) -> None: ...
 
-    with pytest.raises(ConfigError, match="commit barrier"):
+    with pytest.raises(ConfigError, match="needs the offset map"):
         async with keyed:
-            pass
-
-    batched = _app()
-
-    @batched.subscriber("orders", batch=True)
-    async def handle_all(records: list[Record[bytes]]) -> None: ...
-
-    with pytest.raises(ConfigError, match="batch handlers"):
-        async with batched:
             pass
 
 

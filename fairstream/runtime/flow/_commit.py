@@ -6,7 +6,9 @@ metadata (tansu) turns the offset maps off after the first read-back, so a resta
 repeats records rather than trusting a map that was never stored.
 
 Under exactly-once the offsets go into each partition's transaction instead
-(``_transactions``), committed only for partitions with no record in a handler.
+(``_transactions``), committed only for partitions with no record in a handler
+(or, under ordering ``"partition"``, up to the record in hand); a keyed lane's
+partitions are held still for that by ``_barrier``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from fairstream.ranges import to_commit
 from fairstream.runtime._ports import KafkaClients, ShadowClients
 from fairstream.runtime._record import TP
 from fairstream.runtime._stats import StatsRecorder
+from fairstream.runtime.flow._barrier import HOLD_LIMIT, Barrier
 from fairstream.runtime.flow._offsets import OffsetTracker
 from fairstream.runtime.flow._transactions import Transactions
 
@@ -45,6 +48,7 @@ class Committer:
         timeout: float,
         transactions: Transactions | None = None,
         busy: Callable[[], dict[TP, int]] = dict,
+        barrier: Barrier | None = None,
     ) -> None:
         self.group_id = group_id
         self._clients = clients
@@ -54,6 +58,7 @@ class Committer:
         self._map_checked = False
         self._transactions = transactions
         self._busy = busy
+        self._barrier = barrier or Barrier(())  # no keyed lane: it holds nothing
 
     async def acknowledge(self, tp: TP, next_offset: int) -> bool:
         """``ack='manual'``: every record of ``tp`` below ``next_offset`` is done; commit.
@@ -80,19 +85,9 @@ class Committer:
 
     async def commit(self, tps: set[TP] | None = None) -> bool:
         """Commit the watermarks of ``tps`` (all by default); ``False``: retried later."""
-        pending = self._offsets.pending(tps)
-        for tp, ranges in self._offsets.overflowed:
-            log.warning(
-                "offset_map_dropped",
-                topic=tp[0],
-                partition=tp[1],
-                ranges=ranges,
-                reason="the finished offsets do not fit the commit metadata; committing "
-                "the plain watermark, so a restart repeats more records",
-            )
-        self._offsets.overflowed.clear()
         if self._transactions is not None:
-            return await self._commit_transactions(pending)
+            return await self._commit_transactions(tps)
+        pending = self._pending(tps)
         if not pending:
             return True
         request = {
@@ -124,16 +119,54 @@ class Committer:
             await self._check_map_kept(pending)
         return True
 
-    async def _commit_transactions(self, pending: dict[TP, tuple[int, str]]) -> bool:
+    def _pending(self, tps: set[TP] | None) -> dict[TP, tuple[int, str]]:
+        pending = self._offsets.pending(tps)
+        for tp, ranges in self._offsets.overflowed:
+            log.warning(
+                "offset_map_dropped",
+                topic=tp[0],
+                partition=tp[1],
+                ranges=ranges,
+                reason="the finished offsets do not fit the commit metadata; "
+                + (
+                    "the partition's transaction waits until they do"
+                    if self._transactions is not None
+                    else "committing the plain watermark, so a restart repeats more records"
+                ),
+            )
+        self._offsets.overflowed.clear()
+        return pending
+
+    async def _commit_transactions(self, tps: set[TP] | None) -> bool:
         """Exactly-once: each partition's outputs and offset in one transaction.
 
-        A busy partition (a record in a handler) commits up to that record; a failed
-        transaction raises ``BrokerError`` and the app stops (``_transactions``).
+        A busy partition (a record in a handler) commits up to that record; a keyed
+        one with an open transaction is held still by the barrier first, until none
+        of its records is in a handler, and commits only with its offset map (it
+        waits while the map does not fit). A failed transaction raises
+        ``BrokerError`` and the app stops (``_transactions``).
         """
-        assert self._transactions is not None
-        offsets = {tp: (offset, to_commit(metadata)) for tp, (offset, metadata) in pending.items()}
-        with anyio.fail_after(self._timeout):
-            done = await self._transactions.commit(offsets, self._busy(), self._offsets.next_commit)
+        transactions, barrier = self._transactions, self._barrier
+        assert transactions is not None
+        owned = self._offsets.partitions.keys() if tps is None else tps
+        keyed = [tp for tp in owned if barrier.covers(tp)]
+        held = {tp for tp in keyed if transactions.has_open(tp)}
+        async with barrier.hold(held, limit=HOLD_LIMIT) as still:
+            pending = self._pending(tps)
+            offsets = {tp: (offset, to_commit(meta)) for tp, (offset, meta) in pending.items()}
+            busy: dict[TP, int | None] = {
+                tp: offset for tp, offset in self._busy().items() if tp not in keyed
+            }
+            for tp in keyed:
+                missing = self._offsets.map_missing(tp)
+                if missing:
+                    offsets.pop(tp, None)
+                if missing or tp not in still:
+                    busy[tp] = None  # its records may be in a handler, or it lacks its map
+            with anyio.fail_after(self._timeout):
+                done = await transactions.commit(
+                    offsets, busy, self._offsets.finished, committed=still.let_go
+                )
         committed = {tp: pending[tp] for tp in done if tp in pending}
         if committed:
             self._stats.commits += 1

@@ -37,8 +37,10 @@ from fairstream.runtime._retry import (
 )
 from fairstream.runtime._stats import StatsRecorder
 from fairstream.runtime._subscriber import Subscriber
+from fairstream.runtime.flow._barrier import OPEN, Gate
 from fairstream.runtime.flow._offsets import OffsetTracker
 from fairstream.runtime.flow._scheduler import Dispatch, Slice
+from fairstream.runtime.flow._transactions import current_batch
 
 __all__ = ["DeadLetterSink", "DispatchRunner"]
 
@@ -76,13 +78,18 @@ class DispatchRunner:
     async def run(self, subscriber: Subscriber, dispatch: Dispatch[Record[bytes]]) -> None:
         replay = dispatch.replay
         if subscriber.batch:
-            # A batch is in hand as its first record (no log context: it holds several).
+            # A batch is in hand as its first record (no log context: it holds several;
+            # exactly-once's transactions know its partition from current_batch).
             slot = RecordSlot()
-            slot.record = next((p.records[0] for p in dispatch.slices if p.records), None)
+            first = slot.record = next((p.records[0] for p in dispatch.slices if p.records), None)
             self.in_hand.add(slot)
+            token = current_batch.set(
+                None if first is None else ((first.topic, first.partition), first.offset)
+            )
             try:
                 await self._run_batch(subscriber, dispatch, replay)
             finally:
+                current_batch.reset(token)
                 self.in_hand.discard(slot)
         else:
             for piece in dispatch.slices:
@@ -97,6 +104,7 @@ class DispatchRunner:
         chain: list[Record[bytes]],
         limit: int,
         popped: Callable[[int], None],
+        gate: Gate = OPEN,
     ) -> None:
         """Handle up to ``limit`` records from the front of a keyed lane's chain.
 
@@ -104,7 +112,8 @@ class DispatchRunner:
         first records of the chain (the lane only appends to it meanwhile). The ones
         done (handled or given up) are then finished and dropped from the chain in one
         step each, also when the run is cut short: a cancel or a ``stop`` leaves the
-        one in hand unfinished and in the chain. ``popped`` is told how many.
+        one in hand unfinished and in the chain, a closed ``gate`` (exactly-once's
+        commit barrier) the first one not started. ``popped`` is told how many.
         """
         # With manual acks the user's commit finishes a record, not its handling.
         finish = _unfinished if self._manual_ack else self._offsets.finisher(tp)
@@ -115,7 +124,7 @@ class DispatchRunner:
         started = time.perf_counter()
         finished = False
         try:
-            finished = await self._handle_each(subscriber, records, slot)
+            finished = await self._handle_each(subscriber, records, slot, gate)
         except (Exception, asyncio.CancelledError):
             raise
         except BaseException as exc:
@@ -165,7 +174,7 @@ class DispatchRunner:
         started = time.perf_counter()
         finished = False
         try:
-            finished = await self._handle_each(subscriber, records, slot)
+            finished = await self._handle_each(subscriber, records, slot, OPEN)
         except (Exception, asyncio.CancelledError):
             raise
         except BaseException as exc:
@@ -179,11 +188,11 @@ class DispatchRunner:
                 self._stats.handled(piece.tp, progress[1], time.perf_counter() - started)
 
     async def _handle_each(
-        self, subscriber: Subscriber, records: list[Record[bytes]], slot: RecordSlot
+        self, subscriber: Subscriber, records: list[Record[bytes]], slot: RecordSlot, gate: Gate
     ) -> bool:
         """Each record through decoder, handler, retry and dead letter, in order (a
-        slice's, or a run of a keyed chain's); ``True``: all of them. On a halt,
-        ``slot`` holds the first record not started: done up to it.
+        slice's, or a run of a keyed chain's); ``True``: all of them. On a halt or a
+        closed ``gate``, ``slot`` holds the first record not started: done up to it.
         """
         # benchmarks/throughput.py measures these loops: no call or attribute read in
         # them that is not needed, the log context is a slot set once per call.
@@ -192,7 +201,7 @@ class DispatchRunner:
         if decode is passthrough:
             for record in records:
                 slot.record = record
-                if self.halted:
+                if self.halted or gate.closed:
                     return False
                 try:
                     await handler(record)
@@ -203,7 +212,7 @@ class DispatchRunner:
             return True
         for queued in records:
             slot.record = queued
-            if self.halted:
+            if self.halted or gate.closed:
                 return False
             try:
                 decoded = with_value(queued, decode(queued.raw))

@@ -21,6 +21,10 @@ more than a cheap handler). While it has chains it is *busy*: an
 :class:`InFlight` (its cancel scope, and an event set when the last chain ends)
 is what a revoke or a forced shutdown waits on or cancels, like a dispatch's. A
 revoke closes it once it is idle.
+
+Under exactly-once each partition's chains pass its gate (``_barrier``) before each
+run, and a run stops before its next record once the gate closes: a commit of the
+partition waits only for the records in a handler, not for the whole chains.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import anyio.abc
 from fairstream.errors import FairstreamError
 from fairstream.runtime._record import TP, Record
 from fairstream.runtime._subscriber import Subscriber
+from fairstream.runtime.flow._barrier import OPEN, Barrier
 from fairstream.runtime.flow._handling import DispatchRunner
 from fairstream.runtime.flow._scheduler import Dispatch
 
@@ -99,12 +104,14 @@ class KeyedLane:
         room: int,
         owned: Callable[[TP], bool],
         fail: Callable[[FairstreamError], None],
+        barrier: Barrier | None = None,
     ) -> None:
         self._subscriber = subscriber
         self._runner = runner
         self._room = max(room, subscriber.concurrency)
         self._owned = owned
         self._fail = fail
+        self._barrier = barrier
         self._slots = anyio.Semaphore(subscriber.concurrency)
         self._by_key = subscriber.ordering == "key"
         self._unique = itertools.count()
@@ -223,21 +230,29 @@ class KeyedLane:
         chain = part.chains[key]
         runner, subscriber, slots = self._runner, self._subscriber, self._slots
         tp = part.tp
+        gate = OPEN if self._barrier is None else self._barrier.gate(tp)
 
         def popped(count: int) -> None:
             self._release(part, count)
 
         try:
             while chain and not runner.halted:
+                if gate.closed:  # exactly-once: a commit of the partition waits
+                    await gate.wait_open()
+                    continue
                 # A free slot is taken without a trip through the event loop; the
                 # chain then runs a few records on it at slice cost.
                 if slots.value:
                     slots.acquire_nowait()
                 else:
                     await slots.acquire()
+                # Entered with no await before the run's first record: a commit
+                # that closed the gate meanwhile stops the run there, unstarted.
+                gate.enter()
                 try:
-                    await runner.run_chain(subscriber, tp, chain, _YIELD_EVERY, popped)
+                    await runner.run_chain(subscriber, tp, chain, _YIELD_EVERY, popped, gate)
                 finally:
+                    gate.leave()
                     slots.release()
                 # A handler that never suspends would keep the loop to itself: the
                 # fetcher and the other chains run between these runs. What

@@ -255,6 +255,26 @@ class OffsetTracker:
         if state is not None:  # else not ours any more
             state.finish(offset)
 
+    def finished(self, tp: TP, offset: int) -> bool:
+        """The record at ``offset`` of ``tp`` is done: below the watermark, or finished
+        above it (a keyed lane's)."""
+        state = self.partitions.get(tp)
+        if state is None:
+            return False
+        watermark = state.next_commit
+        if watermark is not None and offset < watermark:
+            return True
+        at = offset - state.base
+        return state.head <= at < len(state.marks) and state.marks[at] == 1
+
+    def map_missing(self, tp: TP) -> bool:
+        """``tp``'s next commit lacks the offset map of the records finished above its
+        watermark, here or by a previous owner (maps are off, or it does not fit)."""
+        state = self.partitions.get(tp)
+        if state is None or (self.maps and not state.map_dropped):
+            return False
+        return state.unfinished or bool(state.skip)
+
     def finisher(self, tp: TP) -> Callable[[Sequence[Record[Any]]], None]:
         """:meth:`PartitionOffsets.finish_all` for ``tp``, looked up once for a run of
         its records.

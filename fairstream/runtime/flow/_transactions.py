@@ -17,17 +17,19 @@ design that waits for a transaction timeout hangs on noida, which never expires 
 open transaction. The cost: a producer (one connection's worth of state) per owned
 partition.
 
-The barrier (ordering ``"partition"``): a partition's outputs go into its transaction
-while its records are in a handler, and its watermark moves only when a slice of
-records ends. A tick commits an idle partition with its watermark, and a busy one up
-to its record in hand (every record before it is finished), unless that record has
+The barrier (ordering ``"partition"``, batch handlers): a partition's outputs go
+into its transaction while its records are in a handler, and its watermark moves
+only when a slice (or a batch) of records ends. A tick commits an idle partition
+with its watermark, and a busy one up to its record in hand (every record before it
+is finished; a batch is in hand as its first record), unless that record has
 published already: its outputs would commit without its offset, so it waits for the
 next tick (a handler that publishes and then awaits a long time delays its
 partition's commits by that long). Partitions are chosen and their locks taken
 before the first await, so a publish cannot slip between the choice and the commit;
-it waits for the commit instead. Key and unordered lanes finish records out of
-order; their barrier (per partition, the lowest offset in a handler, and no record
-of it above that offset having published) is planned and refused at build time.
+it waits for the commit instead. Keyed and unordered lanes finish records out of
+order, so the record in hand says nothing of those below it: their partitions are
+held still by ``_barrier`` until no record of them is in a handler, then commit
+their watermark with the offset map of the records finished above it.
 
 A failed commit aborts the transaction and stops the app with a ``BrokerError``:
 the outputs are gone with the offsets, and the next owner (or the restarted app)
@@ -39,11 +41,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Collection, Mapping
-from typing import final
+from contextvars import ContextVar
+from typing import Any, Protocol, final
 
 import anyio
 import structlog
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
@@ -51,7 +54,13 @@ from fairstream.errors import BrokerError, describe
 from fairstream.logs import current_record
 from fairstream.runtime._record import TP, Headers
 
-__all__ = ["Transactions", "handled_partition", "transactional_id"]
+__all__ = [
+    "TransactionalProducer",
+    "Transactions",
+    "current_batch",
+    "handled_partition",
+    "transactional_id",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -61,15 +70,49 @@ def transactional_id(group_id: str, tp: TP) -> str:
     return f"{group_id}-{tp[0]}-{tp[1]}"
 
 
+current_batch: ContextVar[tuple[TP, int] | None] = ContextVar(
+    "fairstream_current_batch", default=None
+)
+"""The partition and first offset of the batch this task is handling, if any: a batch
+sets no record log context (it holds several records), but its publishes belong to
+its partition's transaction. Under exactly-once a batch holds one partition."""
+
+
 def handled_partition() -> tuple[TP, int] | None:
-    """The partition and offset of the record this task is handling; ``None`` outside one.
+    """The partition and offset of the record (or the first record of the batch) this
+    task is handling; ``None`` outside one.
 
     A publish from outside a handler (a lifecycle hook, an HTTP route) has no input
     partition and so no transaction: it goes through the app's plain producer.
     """
     slot = current_record.get()
     record = slot.record if slot is not None else None
-    return None if record is None else ((record.topic, record.partition), record.offset)
+    if record is None:
+        return current_batch.get()
+    return (record.topic, record.partition), record.offset
+
+
+class TransactionalProducer(Protocol):
+    """What :class:`Transactions` uses of a transactional ``AIOKafkaProducer``; the
+    in-memory broker (``fairstream.testing``) has one too."""
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    async def begin_transaction(self) -> None: ...
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None,
+        headers: list[tuple[str, bytes]],
+        partition: int | None,
+    ) -> asyncio.Future[Any]: ...
+    async def send_offsets_to_transaction(
+        self, offsets: dict[TopicPartition, OffsetAndMetadata], group_id: str
+    ) -> None: ...
+    async def commit_transaction(self) -> None: ...
+    async def abort_transaction(self) -> None: ...
 
 
 @final
@@ -81,27 +124,30 @@ class Transactions:
         *,
         group_id: str,
         bootstrap: str,
-        new_producer: Callable[[str], AIOKafkaProducer],
+        new_producer: Callable[[str], TransactionalProducer],
     ) -> None:
         self.group_id = group_id
         self._bootstrap = bootstrap
         self._new_producer = new_producer
-        self._producers: dict[TP, AIOKafkaProducer] = {}
-        self._locks: dict[TP, anyio.Lock] = {}
+        self._producers: dict[TP, TransactionalProducer] = {}
+        self._locks: dict[TP, anyio.Semaphore] = {}
+        """One per partition: its publishes and its commit take turns. A semaphore, not
+        a lock: a tick takes the locks it commits under, and each commit's own task
+        lets its one go."""
         self._open: set[TP] = set()
         self._sent: dict[TP, list[asyncio.Future[object]]] = {}
         """Deliveries of the open transactions, awaited before their commit: a publish
         returns once its record is queued, since nobody can read it before the commit."""
         self._failure: BrokerError | None = None
-        self._published_for: dict[TP, int] = {}
+        """A publish that failed (a fenced producer, say): its transaction cannot
+        commit, and the handler saw it as its own error; the next commit stops the
+        app with it."""
+        self._outputs: dict[TP, set[int]] = {}
+        """Per partition, the offsets of the inputs with outputs in the open transaction."""
         self._unfinished: set[TP] = set()
         """Partitions whose transaction held outputs of a record that never finished (a
         handler cancelled by a revoke or a stop): aborted, and never committed again
         by this member; their next owner handles the records again."""
-        """Per partition, the offset of the input whose output went in last."""
-        """A publish that failed (a fenced producer, say): its transaction cannot
-        commit, and the handler saw it as its own error; the next commit stops the
-        app with it."""
 
     async def fence(self, tps: Collection[TP]) -> None:
         """Start ``tps``' producers: InitProducerId aborts a previous owner's transaction.
@@ -124,8 +170,8 @@ class Transactions:
                     exc,
                 ) from exc
             self._producers[tp] = producer
-            self._locks[tp] = anyio.Lock()
-            self._published_for.pop(tp, None)
+            self._locks[tp] = anyio.Semaphore(1)
+            self._outputs.pop(tp, None)
         log.debug("transactions_fenced", partitions=sorted(tps))
 
     async def publish(
@@ -156,25 +202,40 @@ class Transactions:
                 self._failure = self._error(tp, f"publishing to topic {topic!r}", exc)
                 raise self._failure from exc
             self._sent.setdefault(tp, []).append(delivery)
-            self._published_for[tp] = offset
+            outputs = self._outputs.get(tp)
+            if outputs is None:
+                self._outputs[tp] = {offset}
+            else:
+                outputs.add(offset)
+
+    def has_open(self, tp: TP) -> bool:
+        """``tp``'s transaction holds outputs (or offsets) not committed yet."""
+        return tp in self._open
 
     async def commit(
         self,
         offsets: Mapping[TP, tuple[int, str]],
-        in_hand: Mapping[TP, int],
-        watermark: Callable[[TP], int | None],
+        busy: Mapping[TP, int | None],
+        finished: Callable[[TP, int], bool],
+        *,
+        committed: Callable[[TP], None] = lambda tp: None,
     ) -> set[TP]:
-        """Commit the partitions' transactions with their offsets; the idle ones committed.
+        """Commit the partitions' transactions; those committed with their ``offsets``.
 
-        ``offsets``: the watermark (and offset map) of idle partitions; ``in_hand``:
-        the offset of the record in a handler per busy partition. Every record of a
-        busy partition below that one is finished (ordering ``"partition"``), so its
-        transaction commits with that offset, unless that record has published
-        already (its outputs would commit without it: the next tick tries again). The
-        partitions are chosen and their locks taken before the first await, so no
-        publish slips in between the choice and the commit; a publish waits for it.
-        An idle partition whose last output came from a record at or above its
-        ``watermark`` (its handler was cancelled) is aborted instead (``_unfinished``).
+        ``offsets``: what to commit per partition (the watermark, with the offset map
+        of a keyed lane). ``busy``: the partitions with a record in a handler, and its
+        offset where every record before it is finished (ordering ``"partition"``, a
+        batch: its first record); ``None`` where that is not known (a keyed lane that
+        the barrier does not hold now). A busy partition commits up to its record in
+        hand unless an output of that record (or one above it) is in the transaction,
+        which would commit without its offset: the next tick tries again; where the
+        record in hand is not known it commits only if nothing was published. A
+        partition with no record in a handler commits with its ``offsets``, or is
+        aborted if an output's record is not ``finished`` (its handler was cancelled:
+        ``_unfinished``). The partitions are chosen and their locks taken before the
+        first await, so no publish slips in between the choice and the commit; a
+        publish waits for it. ``committed`` is told of each partition once its
+        commit ended (the barrier lets it go on).
 
         :raises BrokerError: a transaction failed (aborted where it still could be).
         """
@@ -183,35 +244,58 @@ class Transactions:
                 if tp in self._open:
                     await self._abort(tp, producer)
             raise self._failure
+        if unfenced := [tp for tp in offsets if tp not in self._producers]:
+            await self.fence(unfenced)  # not fenced at assignment (the in-memory broker)
         chosen: dict[TP, tuple[int, str] | None] = {}
         for tp in sorted(set(offsets) | self._open):
             lock = self._locks.get(tp)
-            if lock is None:
-                continue  # not fenced yet: nothing of it was published
-            published = self._published_for.get(tp, -1)
-            if tp in self._unfinished:
-                continue
-            if tp in in_hand:
-                if tp not in self._open or published == in_hand[tp]:
+            if lock is None or tp in self._unfinished:
+                continue  # released meanwhile, or aborted for good
+            outputs = self._outputs.get(tp, ())
+            target = offsets.get(tp)
+            cancelled = False
+            if tp in busy:
+                in_hand = busy[tp]
+                if in_hand is None:
+                    if tp in self._open:
+                        continue
+                elif tp not in self._open or any(offset >= in_hand for offset in outputs):
                     continue
-                target: tuple[int, str] | None = (in_hand[tp], "")
+                else:
+                    target = (in_hand, "")
             else:
-                target = offsets.get(tp)
-                if tp in self._open and published >= (watermark(tp) or 0):
-                    self._unfinished.add(tp)
+                cancelled = any(not finished(tp, offset) for offset in outputs)
             try:
                 lock.acquire_nowait()
             except anyio.WouldBlock:
                 continue  # a publish is under way: the next tick
+            if cancelled:
+                self._unfinished.add(tp)
             chosen[tp] = target
-        try:
-            for tp, target in chosen.items():
+        done: set[TP] = set()
+        failed: list[BrokerError] = []
+        locks = {tp: self._locks[tp] for tp in chosen}
+
+        async def commit_one(tp: TP, target: tuple[int, str] | None) -> None:
+            try:
                 await self._commit_one(tp, target)
-        finally:
-            for tp in chosen:
-                if tp in self._locks:
-                    self._locks[tp].release()
-        return {tp for tp in chosen if tp not in in_hand and tp not in self._unfinished}
+            except BrokerError as exc:
+                failed.append(exc)
+                return
+            finally:
+                locks[tp].release()
+                committed(tp)
+            if target is not None and tp not in self._unfinished and target == offsets.get(tp):
+                done.add(tp)
+
+        # Side by side: each has its own producer, and a tick lasts as long as the
+        # slowest commit, not their sum (a keyed partition stands still until its own).
+        async with anyio.create_task_group() as tasks:
+            for tp, target in chosen.items():
+                tasks.start_soon(commit_one, tp, target)
+        if failed:
+            raise failed[0]
+        return done
 
     async def _commit_one(self, tp: TP, target: tuple[int, str] | None) -> None:
         producer = self._producers[tp]
@@ -220,7 +304,7 @@ class Transactions:
                 "transaction_aborted",
                 topic=tp[0],
                 partition=tp[1],
-                offset=self._published_for.get(tp),
+                offsets=sorted(self._outputs.get(tp, ())),
                 reason="a handler was cancelled after it published; the partition's "
                 "records since its last commit are handled again by its next owner",
             )
@@ -239,6 +323,7 @@ class Transactions:
                 )
             await producer.commit_transaction()
             self._open.discard(tp)
+            self._outputs.pop(tp, None)
         except KafkaError as exc:
             await self._abort(tp, producer)
             raise self._error(tp, "committing the transaction", exc) from exc
@@ -247,24 +332,33 @@ class Transactions:
         """Close ``tps``' producers (revoked or lost); an open transaction is aborted.
 
         Their next owner fences the ids anyway; closing now frees the connections and
-        lets this member fence afresh if a partition comes back.
+        lets this member fence afresh if a partition comes back. A commit of the
+        partition under way (the periodic one, beside a revoke) ends first: aborting
+        under it would leave it committing a transaction that is gone.
         """
         for tp in sorted(set(tps) & self._producers.keys()):
-            producer = self._producers.pop(tp)
-            self._locks.pop(tp)
-            self._unfinished.discard(tp)
-            if tp in self._open:
-                self._open.discard(tp)
-                await self._abort(tp, producer)
-            await producer.stop()
+            lock = self._locks.get(tp)
+            if lock is None:
+                continue  # released meanwhile
+            async with lock:
+                if self._locks.get(tp) is not lock:
+                    continue  # released (and perhaps fenced afresh) meanwhile
+                producer = self._producers.pop(tp)
+                del self._locks[tp]
+                self._unfinished.discard(tp)
+                if tp in self._open:
+                    self._open.discard(tp)
+                    await self._abort(tp, producer)
+                await producer.stop()
 
     async def aclose(self) -> None:
         await self.release(list(self._producers))
 
-    async def _abort(self, tp: TP, producer: AIOKafkaProducer) -> None:
+    async def _abort(self, tp: TP, producer: TransactionalProducer) -> None:
         """Abort ``tp``'s transaction; a fenced producer cannot, and need not (its
         fencer aborted it)."""
         self._open.discard(tp)
+        self._outputs.pop(tp, None)
         for delivery in self._sent.pop(tp, ()):
             delivery.cancel()
         try:

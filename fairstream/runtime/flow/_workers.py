@@ -27,6 +27,7 @@ import anyio.abc
 from fairstream.errors import FairstreamError
 from fairstream.runtime._record import TP, Record
 from fairstream.runtime._subscriber import Subscriber
+from fairstream.runtime.flow._barrier import Barrier
 from fairstream.runtime.flow._handling import DispatchRunner
 from fairstream.runtime.flow._keyed import InFlight, KeyedLane
 from fairstream.runtime.flow._scheduler import Dispatch, FairScheduler
@@ -39,7 +40,8 @@ class Workers:
 
     ``taken`` is called with each dispatch before it runs, ``replayed`` after a
     shadow (replay) dispatch finished, ``fail`` with an error that stops the app;
-    ``room`` is how many records of a partition a keyed lane admits ahead.
+    ``room`` is how many records of a partition a keyed lane admits ahead;
+    ``barrier`` (exactly-once) holds keyed partitions still for their commits.
     """
 
     def __init__(
@@ -52,6 +54,7 @@ class Workers:
         replayed: Callable[[], None],
         fail: Callable[[FairstreamError], None],
         room: int,
+        barrier: Barrier | None = None,
     ) -> None:
         self._scheduler = scheduler
         self._runner = runner
@@ -69,6 +72,7 @@ class Workers:
                 room=room,
                 owned=lambda tp: tp in scheduler.queues,
                 fail=fail,
+                barrier=barrier,
             )
             for lane, sub in enumerate(subscribers)
             if sub.keyed
