@@ -60,6 +60,15 @@ Against noida unless ``--bootstrap`` or ``FAIRSTREAM_BOOTSTRAP`` names a
 cluster::
 
     python benchmarks/throughput.py --records 1000000 --repeat 3
+
+To compare two versions of fairstream on the same data, keep one broker up across
+the runs and name the topic: the first run produces it, the next ones consume it as
+it is (``PYTHONPATH`` at a ``git archive`` of the other version picks the package)::
+
+    python -c 'import time; from fairstream.testing import EmbeddedBroker as B; \
+        print(B().start().bootstrap, flush=True); time.sleep(1e9)' &
+    python benchmarks/throughput.py --bootstrap 127.0.0.1:PORT --topic steady-512 \
+        --records 3000000 --partitions 512 --ways raw-auto fairstream --repeat 5
 """
 
 from __future__ import annotations
@@ -85,6 +94,7 @@ from _common import (
     scheduler_fields,
 )
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord
 from faststream.kafka import KafkaBroker
 
@@ -326,10 +336,21 @@ WAYS = {
 # --- data and checks -----------------------------------------------------------------
 
 
+WAVE_BYTES = 16 << 20
+"""Bytes of batches a produce sends before it waits for them to be acknowledged.
+
+aiokafka puts every ready batch of a broker, one per partition, into one produce
+request; ``max_request_size`` bounds a batch, not the request. Sent all at once, 1M
+records of 100 B over 512 partitions made one ~110 MB request, over the broker's
+limit on a request (Kafka's ``socket.request.max.bytes``: 100 MiB), and the embedded
+noida broker closed the connection. Waves of 16 MiB keep every request under it.
+"""
+
+
 async def produce(
     bootstrap: str, topic: str, partitions: int, records: int, value_bytes: int
 ) -> dict[TopicPartition, int]:
-    """Create the topic, fill it in whole batches, and return its end offsets."""
+    """Create the topic, fill it in whole batches, a wave at a time, and return its end offsets."""
     await create_topic(bootstrap, topic, partitions)
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, max_batch_size=1 << 20, max_request_size=4 << 20
@@ -337,7 +358,8 @@ async def produce(
     await producer.start()
     value = b"x" * value_bytes
     try:
-        sent = []
+        sent: list[asyncio.Future[object]] = []
+        unacknowledged = 0
         for partition in range(partitions):
             left = records // partitions + (partition < records % partitions)
             while left:
@@ -346,10 +368,23 @@ async def produce(
                     left -= 1
                 batch.close()
                 sent.append(await producer.send_batch(batch, topic, partition=partition))
+                unacknowledged += batch.size()
+                if unacknowledged >= WAVE_BYTES:
+                    await asyncio.gather(*sent)
+                    sent, unacknowledged = [], 0
         await asyncio.gather(*sent)
     finally:
         await producer.stop()
     return await end_offsets(bootstrap, topic, partitions)
+
+
+async def topic_exists(bootstrap: str, topic: str) -> bool:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return topic in await admin.list_topics()
+    finally:
+        await admin.close()
 
 
 async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[TopicPartition, int]:
@@ -567,14 +602,22 @@ async def bench_topic(
     warnings: WarningCounter,
     collector: CollectorClock,
 ) -> None:
-    topic = f"bench-throughput-{uuid.uuid4().hex[:8]}"
+    topic = args.topic or f"bench-throughput-{uuid.uuid4().hex[:8]}"
     began = time.perf_counter()
-    ends = await produce(bootstrap, topic, partitions, args.records, args.value_bytes)
+    if args.topic and await topic_exists(bootstrap, topic):
+        ends = await end_offsets(bootstrap, topic, partitions)
+        done = "found"
+    else:
+        ends = await produce(bootstrap, topic, partitions, args.records, args.value_bytes)
+        done = "produced"
     produced = sum(ends.values())
     if produced != args.records:
-        raise SystemExit(f"the topic holds {produced:,} records, expected {args.records:,}")
+        raise SystemExit(
+            f"topic {topic} holds {produced:,} records in partitions 0-{partitions - 1}, "
+            f"expected {args.records:,}: give --records and --partitions it was made with"
+        )
     print(
-        f"\n{partitions} partitions: produced {produced:,} records "
+        f"\n{partitions} partitions: {done} {produced:,} records "
         f"in {time.perf_counter() - began:.1f} s",
         flush=True,
     )
@@ -596,7 +639,8 @@ async def bench_topic(
             print(
                 f"run {repeat}/{args.repeat} {way.name}: {sample.records:,} records "
                 f"in {sample.seconds:.2f} s = {sample.rate:,.0f}/s "
-                f"(stopped after {sample.stopped_seconds:.2f} s)",
+                f"(stopped after {sample.stopped_seconds:.2f} s; steady state "
+                f"{sample.rate_steady:,.0f}/s, CPU {sample.cpu_steady * 1e6:.2f} us/record)",
                 flush=True,
             )
     print_table(samples)
@@ -653,8 +697,19 @@ def parse_args() -> argparse.Namespace:
         help="the garbage collector's first-generation threshold for every way (Python's "
         "default: 700); 10000 keeps it out of the steady state, to profile the rest",
     )
+    parser.add_argument(
+        "--topic",
+        default=None,
+        help="consume this topic, producing it first only if it does not exist (needs "
+        "--bootstrap and one --partitions count): runs of two versions then read the same "
+        "data without producing it again",
+    )
     add_bootstrap_option(parser)
     args = parser.parse_args()
+    if args.topic and (not args.bootstrap or len(args.partitions) != 1):
+        parser.error(
+            "--topic needs --bootstrap (a broker that outlives the runs) and one --partitions"
+        )
     if min(args.records, *args.partitions, args.repeat, args.faststream_records) <= 0:
         parser.error("--records, --partitions, --repeat and --faststream-records must be > 0")
     args.scheduler = scheduler_fields(parser, args.scheduler)

@@ -17,7 +17,13 @@ that never finishes holds its key, not a window of its partition.
 
 Chains run in a task group per partition, opened when its first record is
 admitted and kept while the partition is owned (opening one per burst would cost
-more than a cheap handler). While it has chains it is *busy*: an
+more than a cheap handler). A chain's task that ran its chain out stays as the
+partition's *spare* (one at most) and runs the partition's next new chain: starting
+an anyio task costs ~50 us, half a dispatch of no-op records, and at hundreds of
+partitions a partition's chain runs out before its next dispatch (one start per
+dispatch at 2,048 partitions, ``benchmarks/notes/per_record_cost.md``).
+
+While a partition has chains it is *busy*: an
 :class:`InFlight` (its cancel scope, and an event set when the last chain ends)
 is what a revoke or a forced shutdown waits on or cancels, like a dispatch's. A
 revoke closes it once it is idle.
@@ -46,8 +52,17 @@ from fairstream.runtime.flow._scheduler import Dispatch
 
 __all__ = ["InFlight", "KeyedLane"]
 
-_YIELD_EVERY = 64
-"""Records a chain runs on one slot before it yields to the event loop and the slot."""
+_YIELD_EVERY = 256
+"""Records a chain runs on one slot before it yields to the event loop and the slot.
+
+More than a partition's admission window (``room``, 200 by default), so a cheap
+chain's admitted records run in one turn: each turn costs a slice copy, a log slot,
+two clock reads, the offsets' finish, stats and a trip through the event loop
+(64 a turn: steady CPU a record 1.64x the raw loop's at 16 partitions; 256 with the
+spare task below: 1.29x, ``benchmarks/notes/per_record_cost.md``)."""
+
+_NO_KEY = object()
+"""What a spare is woken with to end (its partition closes) instead of a key to run."""
 
 
 @dataclass(slots=True, eq=False)
@@ -88,6 +103,8 @@ class _Partition:
     tasks: anyio.abc.TaskGroup | None = None
     room: anyio.Event | None = None
     """Set when a full partition has room again; made by the admission that waits."""
+    spare: asyncio.Future[Hashable] | None = None
+    """A chain's task waiting for the partition's next new key (``_NO_KEY``: end)."""
     stop: anyio.Event = field(default_factory=anyio.Event)
     closing: bool = False
     closed: bool = False
@@ -175,8 +192,13 @@ class KeyedLane:
                         chains[key] = [record]
                         if part.busy is None:
                             part.busy = InFlight(part.scope)
-                        assert part.tasks is not None
-                        part.tasks.start_soon(self._chain, part, key)
+                        spare = part.spare
+                        if spare is not None and not spare.done():
+                            part.spare = None
+                            spare.set_result(key)
+                        else:
+                            assert part.tasks is not None
+                            part.tasks.start_soon(self._chain, part, key)
                     else:
                         chain.append(record)
                 part.admitted += admitted
@@ -217,6 +239,8 @@ class KeyedLane:
                     part.tasks = tasks
                     task_status.started()
                     await part.stop.wait()
+                    if part.spare is not None and not part.spare.done():
+                        part.spare.set_result(_NO_KEY)
         finally:
             part.closed = True
             if self._parts.get(part.tp) is part:
@@ -227,6 +251,26 @@ class KeyedLane:
                 part.busy.finish()
 
     async def _chain(self, part: _Partition, key: Hashable) -> None:
+        """Run the chain of ``key``, then wait as the partition's spare for the next."""
+        while await self._run_chain(part, key):
+            key = await self._park(part)
+            if key is _NO_KEY:
+                return
+
+    async def _park(self, part: _Partition) -> Hashable:
+        """Wait as the partition's spare for a new chain's key; ``_NO_KEY``: end now."""
+        if part.spare is not None or part.closing or part.closed or self._runner.halted:
+            return _NO_KEY
+        spare: asyncio.Future[Hashable] = asyncio.get_running_loop().create_future()
+        part.spare = spare
+        try:
+            return await spare
+        finally:
+            if part.spare is spare:
+                part.spare = None
+
+    async def _run_chain(self, part: _Partition, key: Hashable) -> bool:
+        """Run the chain of ``key`` until it is empty; ``False``: cut short or failed."""
         chain = part.chains[key]
         runner, subscriber, slots = self._runner, self._subscriber, self._slots
         tp = part.tp
@@ -261,6 +305,7 @@ class KeyedLane:
                 await asyncio.sleep(0)
         except FairstreamError as exc:
             self._fail(exc)
+            return False
         finally:
             # Cut short (halt, cancel, stop policy): what is left stays unfinished.
             del part.chains[key]
@@ -271,6 +316,7 @@ class KeyedLane:
                 part.busy = None
                 if part.closing:
                     part.stop.set()
+        return not runner.halted
 
     def _release(self, part: _Partition, count: int) -> None:
         part.admitted -= count
