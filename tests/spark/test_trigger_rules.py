@@ -103,14 +103,13 @@ read that came a moment late found none)."""
 
 
 def timed_topic(bootstrap: str, stamps: list[int]) -> str:
-    """A one-partition topic whose records carry the given create times (ms after
-    ``HOUR_AGO``)."""
+    """A one-partition topic whose records carry the given create times (ms)."""
     from confluent_kafka import Producer
 
     topic = fill_topic(bootstrap, [0])
     producer = Producer({"bootstrap.servers": bootstrap})
     for millis in stamps:
-        producer.produce(topic, partition=0, value=b"v", timestamp=HOUR_AGO + millis)
+        producer.produce(topic, partition=0, value=b"v", timestamp=millis)
     assert producer.flush(30) == 0
     return topic
 
@@ -118,7 +117,7 @@ def timed_topic(bootstrap: str, stamps: list[int]) -> str:
 def test_a_starting_timestamp_starts_at_the_first_record_that_late(
     noida: Broker, group_id: str
 ) -> None:
-    topic = timed_topic(noida.bootstrap, [1_000, 2_000, 3_000, 4_000])
+    topic = timed_topic(noida.bootstrap, [HOUR_AGO + t for t in (1_000, 2_000, 3_000, 4_000)])
     source = reader(noida, topic, group_id, startingTimestamp=str(HOUR_AGO + 2_500))
     try:
         start = source.initialOffset()
@@ -130,7 +129,7 @@ def test_a_starting_timestamp_starts_at_the_first_record_that_late(
 def test_offsets_by_timestamp_past_every_record_fail_or_start_at_the_end(
     noida: Broker, group_id: str
 ) -> None:
-    topic = timed_topic(noida.bootstrap, [1_000, 2_000])
+    topic = timed_topic(noida.bootstrap, [HOUR_AGO + 1_000, HOUR_AGO + 2_000])
     by_time = f'{{"{topic}": {{"0": {HOUR_AGO + 9_000}}}}}'
     source = reader(noida, topic, group_id, startingOffsetsByTimestamp=by_time)
     try:
