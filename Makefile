@@ -6,10 +6,12 @@ PYTHON ?= python3
 # it runs more pytest workers than there are cores, each with its own embedded brokers:
 # on two busy cores -n 2 took 952 s and -n 4 608 s, at 0.42 GB the largest process;
 # on two quiet cores, from a clean clone, `make test` took 403 s with -n 4 and 320 s
-# with -n 6 (2026-11-29), and 533 s with -n 4 beside a second whole suite.
+# with -n 6 (2026-11-29), and 533 s with -n 4 beside a second whole suite, green; two
+# -n 6 runs side by side failed three load-bound tests (a Spark Python worker that did
+# not connect back in time, among them), so four stays the default until they hold.
 # A file stays on one worker (--dist loadfile), so module fixtures and order hold.
 # pytest prints the ten slowest tests at the end (--durations=10, pyproject.toml).
-PYTEST_WORKERS ?= 6
+PYTEST_WORKERS ?= 4
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
