@@ -190,8 +190,16 @@ class _Watch:
         codes = _error_codes(request, response)
         if FENCED_INSTANCE_ID in codes:
             self._refuse_duplicate("the broker fenced this member (FENCED_INSTANCE_ID)")
-        elif UNKNOWN_MEMBER_ID in codes and self._instance_id is not None and member_id:
-            self._refused_member = member_id  # looked into before the next join
+        elif (
+            UNKNOWN_MEMBER_ID in codes
+            and self._instance_id is not None
+            and member_id
+            and member_id == self._coordinator.member_id
+        ):
+            # Looked into before the next join. Not when the consumer rejoined while
+            # the request was out (a broker restart): the answer is about a membership
+            # it no longer has, and the member now holding its instance is itself.
+            self._refused_member = member_id
         if isinstance(request, JoinGroupRequest) and codes[:1] == [0]:
             protocol = getattr(response, "group_protocol", None)
             if isinstance(protocol, str) and protocol not in self._offered:
@@ -256,7 +264,8 @@ class _Watch:
             member[0]
             for group in response.groups
             for member in group[5]
-            if member[1] == self._instance_id and member[0] != refused
+            if member[1] == self._instance_id
+            and member[0] not in (refused, self._coordinator.member_id)
         ]
         if holders:
             self._refuse_duplicate(
