@@ -149,7 +149,7 @@ class Committer:
         transactions, barrier = self._transactions, self._barrier
         assert transactions is not None
         owned = self._offsets.partitions.keys() if tps is None else tps
-        keyed = [tp for tp in owned if barrier.covers(tp)]
+        keyed = {tp for tp in owned if barrier.covers(tp)}
         held = {tp for tp in keyed if transactions.has_open(tp)}
         async with barrier.hold(held, limit=HOLD_LIMIT) as still:
             pending = self._pending(tps)
