@@ -34,13 +34,10 @@ def plan_read(options: BatchOptions) -> list[list[Chunk]]:
     """
     o = options
     group = o.group_id or _STATE_GROUP
-    client = GroupClient(o.read.bootstrap, group, o.read.kafka_config, o.offset_retry)
-    try:
+    with GroupClient(o.read.bootstrap, group, o.read.kafka_config, o.offset_retry) as client:
         states = o.subscription.states(client, quiet=False)
         starts = o.starting.positions(states, client.offsets_for_times)
         ends = o.ending.ends(states, client.offsets_for_times)
-    finally:
-        client.close()
     for tp, end in ends.items():
         if end < starts[tp].next:
             raise ConfigError(

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -84,7 +83,25 @@ class GroupClient:
             ) from exc
 
     def close(self) -> None:
-        self.consumer.close()
+        """Destroy both clients now, in this thread.
+
+        confluent-kafka's admin client has no ``close()``: its handle goes with its
+        ``__exit__`` or with the garbage collector. Left to the collector, a handle
+        caught in a reference cycle (a traceback's frames hold one) is destroyed
+        wherever a collection happens to run, possibly inside another client's call or
+        on librdkafka's own callback thread, where confluent-kafka's thread state
+        bookkeeping does not expect it (confluent-kafka-python #2129). So no client of
+        ours is ever left to it.
+        """
+        with self.admin:
+            self.admin.poll(0)  # serve the log lines queued for kafka_logger
+            self.consumer.close()
+
+    def __enter__(self) -> GroupClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def _retrying(self, doing: str, fetch: Callable[[], _T]) -> _T:
         """``fetch()``, asked again after a :class:`BrokerError` until :attr:`retry`'s
@@ -186,10 +203,13 @@ class GroupClient:
         """Every partition's offset by ``spec`` (earliest, latest): one request a broker."""
         asked = {TopicPartition(tp.topic, tp.partition): spec for tp in wanted}
         answers = self.admin.list_offsets(asked, request_timeout=timeout)
-        return {
-            (tp.topic, tp.partition): future.result(timeout=timeout).offset
-            for tp, future in answers.items()
-        }
+        try:
+            return {
+                (tp.topic, tp.partition): future.result(timeout=timeout).offset
+                for tp, future in answers.items()
+            }
+        finally:
+            self.admin.poll(0)  # its log lines wait for a poll (the logger option)
 
     def _failed(self, doing: str, exc: KafkaException) -> BrokerError:
         error = exc.args[0]
@@ -225,17 +245,6 @@ class GroupClient:
             log.info(f"{job}_committed", group_id=self.group_id, partitions=len(commits))
 
 
-@contextmanager
-def _group_client(
-    bootstrap: str, group_id: str, kafka_config: Mapping[str, str]
-) -> Iterator[GroupClient]:
-    client = GroupClient(bootstrap, group_id, kafka_config)
-    try:
-        yield client
-    finally:
-        client.close()
-
-
 def read_states(
     bootstrap: str,
     group_id: str,
@@ -246,7 +255,7 @@ def read_states(
     quiet: bool = False,
 ) -> list[PartitionState]:
     """:meth:`GroupClient.states` with a client for this call alone."""
-    with _group_client(bootstrap, group_id, kafka_config or {}) as client:
+    with GroupClient(bootstrap, group_id, kafka_config or {}) as client:
         return client.states(topics, timeout=timeout, quiet=quiet)
 
 
@@ -286,7 +295,7 @@ def commit(
     """:meth:`GroupClient.commit` with a client for this call alone."""
     if not commits:
         return
-    with _group_client(bootstrap, group_id, kafka_config or {}) as client:
+    with GroupClient(bootstrap, group_id, kafka_config or {}) as client:
         client.commit(commits, job)
 
 

@@ -16,6 +16,7 @@ where ``options`` are the source's. ``fairstream stream`` adds it by itself.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping
 
 import structlog
@@ -51,6 +52,10 @@ class GroupCommitter(StreamingQueryListener):
         super().__init__()
         self.options = StreamOptions.parse(options)
         self._client: GroupClient | None = None
+        self._using = threading.Lock()
+        """Spark calls a listener on its callback thread while the driver may call
+        :meth:`commit_finished` itself: one client, one user at a time, and never
+        closed under a call."""
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         pass
@@ -65,15 +70,17 @@ class GroupCommitter(StreamingQueryListener):
         progress's, since listener events arrive asynchronously."""
         done = self._ours(end)
         if done is not None:
-            self._commit(done)
+            with self._using:
+                self._commit(done)
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
         pass
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        with self._using:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
 
     def _ours(self, end: str | None) -> StreamOffset | None:
         """The end offset if it is this source's (same group and topics), else None."""
