@@ -9,7 +9,9 @@ PYTHON ?= python3
 # with -n 6 (2026-11-29), and 533 s with -n 4 beside a second whole suite, green; two
 # -n 6 runs side by side failed three load-bound tests (a Spark Python worker that did
 # not connect back in time, among them), so four stays the default until they hold.
-# A file stays on one worker (--dist loadfile), so module fixtures and order hold.
+# A file stays on one worker (--dist loadfile), so module fixtures and order hold; tests/spark
+# runs as two such units, so two Spark JVMs run at once, not one a worker
+# (tests/support/xdist_files.py).
 # pytest prints the ten slowest tests at the end (--durations=10, pyproject.toml).
 PYTEST_WORKERS ?= 4
 VENV := .venv

@@ -13,6 +13,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import hypothesis
 import pytest
@@ -21,6 +22,7 @@ import structlog
 from fairstream.testing import ENGINES, EmbeddedBroker, EngineInfo
 from tests.support.backends import Backend, KafkaBackend, MemoryBackend
 from tests.support.kafka_helpers import create_topic
+from tests.support.xdist_files import FileScheduling
 
 # Hypothesis fails an example that runs past 200 ms by default: a timing bound that a
 # loaded machine breaks (a Spark planning property failed so in a busy run). Speed is
@@ -78,6 +80,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         uses_brokers = "_brokers" in getattr(item, "fixturenames", ()) or "engine" in params
         if uses_brokers and not on_memory:
             item.add_marker(pytest.mark.broker)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> FileScheduling | None:
+    """``--dist loadfile`` (``make test``) as :class:`FileScheduling` spreads it."""
+    return FileScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 def _plain_traceback_chain() -> list[structlog.typing.Processor]:
