@@ -2,7 +2,7 @@
 
 Started from the pyspark installation with its ``spark-class`` launcher, exactly as
 the README's cluster section says (``org.apache.spark.deploy.master.Master`` and
-``org.apache.spark.deploy.worker.Worker``), once per test session. The workers of
+``org.apache.spark.deploy.worker.Worker``), for each test that asks. The workers of
 :func:`standalone` start executors with this interpreter and this checkout on
 ``PYTHONPATH``, so fairstream is importable there without installing a wheel on the
 "cluster"; those of :func:`bare_standalone` have neither, as a cluster of machines
@@ -136,9 +136,10 @@ def _wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> No
         time.sleep(0.2)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Master + two workers (1 core, 1 GiB each); stopped at the end of the session."""
+    """Master + two workers (1 core, 1 GiB each); stopped after the test, not left
+    idling (three JVMs) beside the next tests on that worker."""
     try:
         cluster = start_cluster(tmp_path_factory.mktemp("spark-cluster"))
         with cluster as started:
@@ -147,10 +148,10 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         pytest.fail(str(exc))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def bare_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Master + one worker whose executors find no fairstream (nor this interpreter's
-    packages) unless the job ships them; stopped at the end of the session."""
+    packages) unless the job ships them; stopped after the test."""
     try:
         cluster = start_cluster(tmp_path_factory.mktemp("bare-cluster"), 1, checkout=False)
         with cluster as started:

@@ -39,7 +39,7 @@ def _run(command: list[str | Path], cwd: Path) -> None:
     assert done.returncode == 0, f"{command}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def venv_archive(tmp_path_factory: pytest.TempPathFactory) -> VenvArchive:
     root = tmp_path_factory.mktemp("venv-archive")
     source = root / "src"

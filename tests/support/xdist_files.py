@@ -12,6 +12,7 @@ pytest 9.2: pytest-xdist #1386.)
 from __future__ import annotations
 
 from pathlib import PurePosixPath
+from typing import Any
 
 from xdist.scheduler import LoadFileScheduling
 
@@ -38,7 +39,15 @@ def work_unit(nodeid: str) -> str:
 
 
 class FileScheduling(LoadFileScheduling):
-    """``--dist loadfile`` with :func:`work_unit` as the unit."""
+    """``--dist loadfile`` with :func:`work_unit` as the unit, the Spark units sent out
+    first: each takes about as long as a worker's share of the rest, so one started
+    last would end last (pytest-xdist orders the units by their number of tests)."""
 
     def _split_scope(self, nodeid: str) -> str:
         return work_unit(nodeid)
+
+    def _assign_work_unit(self, node: Any) -> None:
+        for unit in (_SPARK_REST, *sorted(set(SPARK_UNITS.values()))):
+            if unit in self.workqueue:
+                self.workqueue.move_to_end(unit, last=False)
+        super()._assign_work_unit(node)
