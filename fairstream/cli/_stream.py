@@ -51,7 +51,14 @@ def add_stream(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_bootstrap(parser)
     parser.add_argument("--group", required=True, help="consumer group to commit for")
-    parser.add_argument("--topics", required=True, help="comma-separated topics, e.g. clicks")
+    read = parser.add_mutually_exclusive_group(required=True)
+    read.add_argument("--topics", help="comma-separated topics, e.g. clicks")
+    read.add_argument(
+        "--topic-pattern",
+        metavar="REGEX",
+        help="every topic whose whole name matches, topics created later included "
+        "(Spark's subscribePattern), e.g. 'clicks-.*'",
+    )
     sink = parser.add_mutually_exclusive_group(required=True)
     sink.add_argument(
         "--handler",
@@ -125,6 +132,8 @@ _STREAM_FLAGS = {
     "kafka.bootstrap.servers": "--bootstrap",
     "kafka.group.id": "--group",
     "subscribe": "--topics",
+    "subscribePattern": "--topic-pattern",
+    "topics/pattern": "--topics/--topic-pattern",
     "maxOffsetsPerTrigger": "--max-records",
     "kafkaConsumer.pollTimeoutMs": "--poll-timeout-ms",
     "fetchOffset.numRetries": "--fetch-offset-retries",
@@ -164,7 +173,8 @@ def _run_stream(args: argparse.Namespace) -> int:
         job = StreamJob(
             bootstrap=args.bootstrap or "",
             group_id=args.group,
-            topics=tuple(t.strip() for t in args.topics.split(",") if t.strip()),
+            topics=tuple(t.strip() for t in (args.topics or "").split(",") if t.strip()),
+            topic_pattern=args.topic_pattern,
             checkpoint=args.checkpoint,
             handler=args.handler,
             output=args.output,

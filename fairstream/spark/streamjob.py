@@ -52,8 +52,10 @@ class BatchProgress:
 class StreamJob:
     """A streaming query: where to read, where results go, how often to trigger.
 
-    ``trigger`` is ``"available-now"`` (drain what exists, then stop) or seconds
-    between micro-batches. ``options`` are extra source options
+    ``topics`` (Spark's ``subscribe``) or ``topic_pattern`` (``subscribePattern``: a
+    regular expression, topics created while the query runs are read from the next
+    batch) names what to read. ``trigger`` is ``"available-now"`` (drain what exists,
+    then stop) or seconds between micro-batches. ``options`` are extra source options
     (``maxOffsetsPerTrigger``, ``admission``, ``parallelCatchUp`` ...).
     """
 
@@ -61,6 +63,7 @@ class StreamJob:
     group_id: str
     topics: tuple[str, ...]
     checkpoint: str
+    topic_pattern: str | None = None
     handler: Handler | str | None = None
     """A function, or ``module:func`` to import (see :func:`.handlers.load_handler`)."""
     output: str | None = None
@@ -71,6 +74,8 @@ class StreamJob:
     progress: Callable[[BatchProgress], None] | None = None
 
     def __post_init__(self) -> None:
+        if bool(self.topics) == (self.topic_pattern is not None):
+            raise ConfigError("topics/pattern", None, "give exactly one", "topics or a pattern")
         if (self.handler is None) == (self.output is None):
             raise ConfigError("handler/output", None, "give exactly one", "a handler or a path")
         if not self.checkpoint:
@@ -101,7 +106,11 @@ def run_stream(job: StreamJob, *, spark: SparkSession | None = None) -> int:
     options = {
         **job.options,
         "kafka.bootstrap.servers": job.bootstrap,
-        "subscribe": ",".join(job.topics),
+        **(
+            {"subscribe": ",".join(job.topics)}
+            if job.topic_pattern is None
+            else {"subscribePattern": job.topic_pattern}
+        ),
         "kafka.group.id": job.group_id,
         **{f"kafka.{k}": v for k, v in job.kafka_config.items()},
         **({} if handler is None else {"handler": encode_handler(handler)}),

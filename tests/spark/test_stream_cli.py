@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -63,10 +64,11 @@ def test_run_stream_calls_the_handler_for_every_record(
             out.write(f"{record.partition} {record.offset}\n")
 
     batches: list[BatchProgress] = []
-    job = StreamJob(
+    job = StreamJob(  # by pattern (--topic-pattern), its one topic matching
         bootstrap=noida.bootstrap,
         group_id=group_id,
-        topics=(topic,),
+        topics=(),
+        topic_pattern=re.escape(topic),
         checkpoint=str(tmp_path / "ck"),
         handler=handle,
         options={"maxOffsetsPerTrigger": "400"},
@@ -84,6 +86,7 @@ def test_run_stream_calls_the_handler_for_every_record(
     [
         (["--topics", "no-such-topic-here"], "'no-such-topic-here': no such topic"),
         (["--topics", "t", "--trigger", "soon"], "--trigger='soon': not available-now"),
+        (["--topic-pattern", "t-["], "--topic-pattern='t-[': not a regular expression"),
         (["--topics", "t", "--poll-timeout-ms", "0"], "--poll-timeout-ms='0': not a positive"),
         (
             ["--topics", "t", "--fetch-offset-retries", "none"],
