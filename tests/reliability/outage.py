@@ -2,7 +2,8 @@
 
 ``fairstream run`` consumes from a dedicated noida broker (it keeps its log in its
 data directory) with ``--http-port``; the broker process is stopped for
-``outage`` seconds while records are being handled. The scenario records what
+``outage`` seconds while records are being handled (and at least until /ready has
+said 503, and the SIGTERMed process below has exited). The scenario records what
 ``/ready`` answered, how the process ended, and every record end to end.
 
 With ``sigterm_during_outage`` the process is sent SIGTERM while the broker is
@@ -123,6 +124,7 @@ async def broker_outage(
                 exit_code = await stop_sink(first, signal.SIGTERM, shutdown_timeout + wait_limit)
                 exit_seconds = time.monotonic() - sent
             await anyio.sleep(max(0.0, outage - (time.monotonic() - down_at)))
+            away = time.monotonic() - down_at
             await anyio.to_thread.run_sync(broker.start)
             if sigterm_during_outage:
                 unhandled = await _unhandled_below_commit(
@@ -136,7 +138,7 @@ async def broker_outage(
             last_exit = await stop_sink(first, signal.SIGTERM, shutdown_timeout + wait_limit)
         if not sigterm_during_outage:
             exit_code = last_exit
-        label = f"broker outage {outage:.0f} s"
+        label = f"broker outage {away:.0f} s"
         label += ", SIGTERM in it" if sigterm_during_outage else ""
         seen = [s.id for s in read_sightings(sink_path)]
         return Outage(

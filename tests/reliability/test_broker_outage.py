@@ -119,11 +119,15 @@ async def test_sigterm_during_an_outage_exits_and_commits_nothing_unhandled(
 ) -> None:
     """SIGTERM while the broker is away: exit code 0 (within shutdown_timeout plus the
     time to start and close the process, bounded by the wait), and every offset below
-    the group's commit was handled; a second process then handles the rest."""
+    the group's commit was handled; a second process then handles the rest.
+
+    The broker comes back as soon as the process has exited (``outage=0``): it is away
+    from before /ready said 503 until after the exit, which is all the SIGTERM is
+    tested in; a broker kept away longer only left nobody waiting for it."""
     outage = await broker_outage(
         records=3_000,
         partitions=3,
-        outage=12,
+        outage=0,
         workdir=tmp_path,
         sigterm_during_outage=True,
         shutdown_timeout=5,

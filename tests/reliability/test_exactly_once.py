@@ -30,15 +30,19 @@ from tests.support.kafka_helpers import input_output_topics, produce, produce_ke
 
 pytestmark = pytest.mark.broker
 
-PARTITIONS, RECORDS = 4, 5_000
-"""At 5 ms a record and one record in hand per partition a run takes about 6 s, so
-the kills at a quarter and at half of the records land mid-stream."""
+PARTITIONS, RECORDS = 4, 2_500
+"""At 5 ms a record and one record in hand per partition a run takes about 3 s, so
+the kills at a quarter and at half of the records land mid-stream (they are placed
+by the committed count, however slow the machine), and the zombie's partitions
+still have 2,000 records to move on after it froze. More records only lengthened
+the runs between the kills."""
 IDS = [f"id-{n}".encode() for n in range(RECORDS)]
-KEYED_RECORDS, KEYS = 20_000, 256
+KEYED_RECORDS, KEYS = 10_000, 256
 """(b): 64 records in hand at once, 5 ms each, spread over 256 keys: at ~10,000
-records a second a run of 20,000 lasts seconds, so each kill lands with dozens of
-records in a handler and hundreds finished out of order above the committed offsets
-(the offset map's share of the barrier); fewer records would end before the kills."""
+records a second each kill (placed by the committed count, at 2,500 and 5,000) lands
+in a full stream, with dozens of records in a handler and hundreds finished out of
+order above the committed offsets (the offset map's share of the barrier), and
+5,000 still to come; 20,000 records proved no more for twice the CPU."""
 KEYED_IDS = [f"key-{n}".encode() for n in range(KEYED_RECORDS)]
 
 
@@ -186,11 +190,15 @@ async def test_sigkill_with_a_batch_handler(own_noida: Broker, tmp_path: Path) -
     await _assert_one_output_each(bootstrap, env["EOS_OUTPUT"], log)
 
 
-STORM_RECORDS, STORM_CYCLES = 6_000, 6
-"""(e): at 50 ms a record, 8 in hand per member, one member needs ~40 s for them. The
+STORM_RECORDS, STORM_CYCLES, STORM_KILL_EVERY = 4_000, 4, 2
+"""(e): at 50 ms a record, 8 in hand per member, one member needs ~25 s for them. The
 inputs come in one wave a cycle, so records flow through every cycle of the storm
 however slowly a loaded machine starts and stops its members (a backlog produced at
-once could be drained before the storm's last cycles)."""
+once could be drained before the storm's last cycles): a wave of 1,000 outlasts a
+cycle (a joiner's start, 3 s beside it, its leave). Four cycles join and leave each
+of two joiners twice and kill the steady member twice, once mid-storm and once at
+its end: every kind of rebalance the storm has, each more than once (six cycles
+repeated the same ones and cost two more interpreters and ~15 s)."""
 STORM_IDS = [f"storm-{n}".encode() for n in range(STORM_RECORDS)]
 
 
@@ -227,7 +235,7 @@ async def test_rebalance_storm_loses_and_duplicates_nothing(
             joiner = await _spawn_ready(env, f"eos-{1 + cycle % 2}", log)
             await anyio.sleep(3)  # the storm's pace, not a wait for an event
             assert await stop_sink(joiner, signal.SIGTERM, 30) == 0
-            if cycle % 3 == 0:
+            if cycle % STORM_KILL_EVERY == 0:
                 await stop_sink(steady, signal.SIGKILL, 10)
                 steady = await _spawn_ready(env, "eos-0", log)
         await group.wait_committed(STORM_RECORDS, limit=120)
