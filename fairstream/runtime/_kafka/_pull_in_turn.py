@@ -214,8 +214,7 @@ class InTurn:
         # partitions and stops, and a copy of every buffered partition per pull cost
         # ~50 us at 2,048 partitions. What a pull changes in the table (a partition
         # taken from to the back, an emptied or revoked one out) is applied as it ends.
-        done: list[tuple[Any, bool]] = []
-        """Each partition taken from or dropped, and whether its buffer stays."""
+        done: list[tuple[Any, bool]] = []  # each partition taken from or dropped: stays?
         try:
             for tp in buffers:
                 allowed = self._allowance(tp) if not partitions or tp in partitions else 0
