@@ -25,6 +25,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.coordinator.protocol import ConsumerProtocol
 from aiokafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
+from aiokafka.protocol.metadata import MetadataRequest
 
 from fairstream.assign import Assignment, GroupSnapshot, partition_lag
 from fairstream.config import SecurityConfig
@@ -234,21 +235,28 @@ class BrokerAdmin:
         )
 
     async def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
-        """Topic -> partition count, for the topics that exist (others are left out)."""
+        """Topic -> partition count, for the topics that exist (others are left out).
+
+        One metadata request that names the topics with auto-creation off (Metadata
+        v4, any broker with static membership), so a missing topic is answered
+        unknown, not created (noida creates one a plain request names). It is the
+        app's reachability probe every 2 s: asking for every topic first and
+        converting both answers to dicts (aiokafka's ``list_topics`` and
+        ``describe_topics``) cost 42 ms of CPU a probe at 2,048 partitions, ~0.1 us
+        a record of a steady drain (``benchmarks/notes/per_record_cost.md``).
+        """
         admin, _ = self._clients()
+        wanted = set(topics)
+        request = MetadataRequest(sorted(wanted), allow_auto_topic_creation=False)
         try:
-            # Name only topics that exist: a metadata request for a missing topic
-            # creates it on brokers with auto-creation on (noida does).
-            wanted = sorted(set(topics) & set(await admin.list_topics()))
-            if not wanted:
-                return {}
-            described = await admin.describe_topics(wanted)
+            response = await admin._send_request(request)
         except KafkaError as exc:
             raise self._error("could not read topic metadata", exc) from exc
+        # (error_code, topic, [is_internal,] partitions) by version.
         return {
-            entry["topic"]: len(entry["partitions"])
-            for entry in described
-            if entry["error_code"] == 0 and entry["partitions"]
+            entry[1]: len(entry[-1])
+            for entry in response.topics
+            if entry[0] == 0 and entry[1] in wanted and entry[-1]
         }
 
     async def end_offsets(

@@ -132,6 +132,14 @@ class InTurn:
         whose buffer is gone are dropped at the next drain)."""
         self._due = float("inf")
         """When the first buffer left to wait in the last drain is due."""
+        in_flight = getattr(fetcher, "_in_flight", None)
+        node_of = getattr(fetcher, "_select_read_replica", None)
+        self._fetching: Callable[[Any], bool] = (
+            (lambda tp: node_of(tp) in in_flight)
+            if isinstance(in_flight, set) and callable(node_of)
+            else (lambda tp: False)
+        )
+        """Whether a fetch to ``tp``'s broker is in flight (``_take``); else always no."""
 
     @property
     def holding(self) -> bool:
@@ -202,54 +210,80 @@ class InTurn:
             del waiting[tp]  # aiokafka dropped it (a rebalance): keep no records alive
         lingering: list[tuple[Any, int, float]] = []
         other_work = False
-        for tp in list(buffers):
-            allowed = self._allowance(tp) if not partitions or tp in partitions else 0
-            if allowed <= 0:
-                if not subscriptions.is_assigned(tp):
-                    del buffers[tp]  # revoked: aiokafka drops it the same way
-                    trickles.discard(tp)
-                continue
-            result = buffers[tp]
-            if type(result) is not FetchResult:  # an error of this partition's fetch
-                if drained:
-                    return drained  # raised by the next pull, as aiokafka does
-                del buffers[tp]
-                fetcher._notify(fetcher._wait_consume_future)
-                result.check_raise()
-                continue
-            trickle = tp in trickles
-            if linger and trickle:
-                seen, since = waiting.get(tp, (None, now))
-                if seen is not result:  # a new buffer: its wait starts now
-                    waiting[tp] = (result, now)
-                    since = now
-                if now - since < linger:
-                    lingering.append((tp, allowed, since))
+        # The loop walks the buffers themselves, not a copy: a pull takes a few
+        # partitions and stops, and a copy of every buffered partition per pull cost
+        # ~50 us at 2,048 partitions. What a pull changes in the table (a partition
+        # taken from to the back, an emptied or revoked one out) is applied as it ends.
+        done: list[tuple[Any, bool]] = []  # each partition taken from or dropped: stays?
+        try:
+            for tp in buffers:
+                allowed = self._allowance(tp) if not partitions or tp in partitions else 0
+                if allowed <= 0:
+                    if not subscriptions.is_assigned(tp):
+                        done.append((tp, False))  # revoked: aiokafka drops it the same way
+                        trickles.discard(tp)
                     continue
-            taken = self._take(tp, result, int(min(allowed, left)), drained)
-            other_work = other_work or (taken > 0 and not trickle)
-            left -= taken
-            if left <= 0:
-                return drained
-        if lingering and (other_work or self._busy()):
-            self._due = min(since for _, _, since in lingering) + linger
-        else:  # nothing else to do: a trickle waits for nothing
-            for tp, allowed, _ in lingering:
-                left -= self._take(tp, buffers[tp], int(min(allowed, left)), drained)
+                result = buffers[tp]
+                if type(result) is not FetchResult:  # an error of this partition's fetch
+                    if drained:
+                        return drained  # raised by the next pull, as aiokafka does
+                    done.append((tp, False))
+                    fetcher._notify(fetcher._wait_consume_future)
+                    result.check_raise()
+                trickle = tp in trickles
+                if linger and trickle:
+                    seen, since = waiting.get(tp, (None, now))
+                    if seen is not result:  # a new buffer: its wait starts now
+                        waiting[tp] = (result, now)
+                        since = now
+                    if now - since < linger:
+                        lingering.append((tp, allowed, since))
+                        continue
+                taken = self._take(tp, result, int(min(allowed, left)), drained, done)
+                other_work = other_work or (taken > 0 and not trickle)
+                left -= taken
                 if left <= 0:
-                    break
-        return drained
+                    return drained
+            if lingering and (other_work or self._busy()):
+                self._due = min(since for _, _, since in lingering) + linger
+            else:  # nothing else to do: a trickle waits for nothing
+                for tp, allowed, _ in lingering:
+                    left -= self._take(tp, buffers[tp], int(min(allowed, left)), drained, done)
+                    if left <= 0:
+                        break
+            return drained
+        finally:
+            for tp, stays in done:
+                if stays:
+                    buffers.move_to_end(tp)  # its turn is over: the others go first next time
+                else:
+                    del buffers[tp]
 
-    def _take(self, tp: Any, result: Any, wanted: int, drained: dict[Any, list[Any]]) -> int:
-        """Move up to ``wanted`` records of ``tp``'s buffer into ``drained``; how many."""
+    def _take(
+        self,
+        tp: Any,
+        result: Any,
+        wanted: int,
+        drained: dict[Any, list[Any]],
+        done: list[tuple[Any, bool]],
+    ) -> int:
+        """Move up to ``wanted`` records of ``tp``'s buffer into ``drained``; how many.
+
+        An emptied buffer wakes aiokafka's fetch loop to fetch the partition again,
+        unless a fetch to its broker is in flight: aiokafka sends one at a time per
+        broker and plans the next when it returns, so the wake would only plan a
+        fetch it cannot send, a walk over every assigned partition (~2 ms at 2,048
+        partitions, about a third of those walks in a steady drain).
+        """
         fetcher = self._fetcher
         records = result.getall(wanted)
-        if result.has_more():
-            fetcher._records.move_to_end(tp)  # its turn is over: the others go first next time
+        more = result.has_more()
+        done.append((tp, more))
+        if more:
             self._trickles.discard(tp)
         else:
-            del fetcher._records[tp]
-            fetcher._notify(fetcher._wait_consume_future)
+            if not self._fetching(tp):
+                fetcher._notify(fetcher._wait_consume_future)
             if len(records) < wanted:
                 self._trickles.add(tp)
             else:
