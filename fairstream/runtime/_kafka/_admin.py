@@ -163,11 +163,20 @@ class BrokerAdmin:
         self._security = (security or SecurityConfig()).aiokafka_kwargs()
         self._admin: AIOKafkaAdminClient | None = None
         self._consumer: AIOKafkaConsumer | None = None
+        self._connecting = anyio.Lock()
+        """Held while the clients start or close. The app's users of this admin (the
+        lag listener, the drift watch, offset reads) call :meth:`start` side by side:
+        without it each made its own pair and the last one kept won, the others never
+        closed ("Unclosed AIOKafkaConsumer" when collected, seen in cooperative tests
+        on a loaded machine), and a close during a start left that start's pair open."""
 
     async def start(self) -> None:
         """Connect both clients; idempotent."""
-        if self._admin is not None:
-            return
+        async with self._connecting:
+            if self._admin is None:
+                self._admin, self._consumer = await self._connect()
+
+    async def _connect(self) -> tuple[AIOKafkaAdminClient, AIOKafkaConsumer]:
         admin = AIOKafkaAdminClient(
             bootstrap_servers=self.bootstrap,
             client_id="fairstream-admin",
@@ -186,16 +195,17 @@ class BrokerAdmin:
             if isinstance(exc, KafkaError):
                 raise self._error("could not connect to the cluster", exc) from exc
             raise
-        self._admin, self._consumer = admin, consumer
+        return admin, consumer
 
     async def aclose(self) -> None:
         """Close both clients; safe to call twice."""
-        admin, consumer = self._admin, self._consumer
-        self._admin = self._consumer = None
-        if consumer is not None:
-            await stop_quietly(consumer.stop)
-        if admin is not None:
-            await stop_quietly(admin.close)
+        async with self._connecting:
+            admin, consumer = self._admin, self._consumer
+            self._admin = self._consumer = None
+            if consumer is not None:
+                await stop_quietly(consumer.stop)
+            if admin is not None:
+                await stop_quietly(admin.close)
 
     async def __aenter__(self) -> BrokerAdmin:
         await self.start()

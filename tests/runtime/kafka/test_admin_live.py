@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import uuid
 
+import anyio
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -54,3 +56,16 @@ async def test_unreachable_cluster_is_a_broker_error() -> None:
     admin = BrokerAdmin("127.0.0.1:1", request_timeout_ms=2_000)
     with pytest.raises(BrokerError, match="could not connect"):
         await admin.start()
+
+
+async def test_starts_side_by_side_share_one_pair_of_clients(broker: Broker) -> None:
+    """The app's users of its admin start it side by side; each start made its own
+    admin client and consumer, and only the last was kept and closed: the others were
+    collected unclosed (a ResourceWarning, an error in this suite)."""
+    admin = BrokerAdmin(broker.bootstrap)
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(admin.start)
+    assert await admin.partition_counts(["no-such-topic-here"]) == {}
+    await admin.aclose()
+    gc.collect()  # an unclosed one warns now, inside this test
