@@ -3,17 +3,17 @@
 # `make install && . .venv/bin/activate`). Each creates or refreshes .venv first.
 PYTHON ?= python3
 # The suite mostly waits on brokers (rebalances, session timeouts), not on the CPU, so
-# it runs more pytest workers than there are cores, each with its own embedded brokers:
-# on two busy cores -n 2 took 952 s and -n 4 608 s, at 0.42 GB the largest process;
-# on two quiet cores, from a clean clone, `make test` took 403 s with -n 4 and 320 s
-# with -n 6 (2026-11-29), and 533 s with -n 4 beside a second whole suite, green; two
-# -n 6 runs side by side failed three load-bound tests (a Spark Python worker that did
-# not connect back in time, among them), so four stays the default until they hold.
+# it runs more pytest workers than there are cores, each with its own embedded brokers.
+# From a clean clone on two cores (2026-11-29, .ci/run, install included): -n 4 403 s
+# quiet (before that day's test cuts) and 514 s half busy; -n 5 381 s quiet; -n 6
+# ~320 s quiet, but two -n 6 runs side by side failed: a Spark query whose Python
+# worker missed the 10 s Spark gives it to connect back (hard-coded in Spark 4.3's
+# PythonWorkerFactory). Five is the most that held side by side.
 # A file stays on one worker (--dist loadfile), so module fixtures and order hold; tests/spark
 # runs as two such units, so two Spark JVMs run at once, not one a worker
 # (tests/support/xdist_files.py).
 # pytest prints the ten slowest tests at the end (--durations=10, pyproject.toml).
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 5
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
