@@ -230,6 +230,7 @@ class InTurn:
                     done.append((tp, False))
                     fetcher._notify(fetcher._wait_consume_future)
                     result.check_raise()
+                    continue
                 trickle = tp in trickles
                 if linger and trickle:
                     seen, since = waiting.get(tp, (None, now))
