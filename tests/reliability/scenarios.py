@@ -55,6 +55,7 @@ from tests.reliability.checker import (
 )
 from tests.support.backends import QUICK_JOIN
 from tests.support.kafka_helpers import committed, create_topic, read_all
+from tests.support.live_traffic import wait_until
 
 __all__ = [
     "BrokerRestart",
@@ -320,6 +321,11 @@ async def rebalance_storm(
     that is down (re)joins under its own name. At the end every pool member is
     brought up again (counted as events), so on noida no static member is left
     holding partitions it will never read.
+
+    The last quarter of the records is produced only once every member owns a
+    partition: on a loaded machine a join can take longer than the storm, and a
+    backlog spread over the storm alone could all be handled by the anchor, which
+    would prove nothing about partitions moving (``handled_by``).
     """
     topic = _topic("storm")
     group = _group("storm")
@@ -356,9 +362,12 @@ async def rebalance_storm(
     async with anyio.create_task_group() as tasks:
         anchor = Member(app("anchor"))
         await tasks.start(anchor.run)
-        # The producer spreads the records over the storm.
-        rate = records / seconds
-        tasks.start_soon(partial(produce_ids, bootstrap, topic, ids, partitions, per_second=rate))
+        # The producer spreads three quarters of the records over the storm.
+        during, last_wave = ids[: records - records // 4], ids[records - records // 4 :]
+        rate = len(during) / seconds
+        tasks.start_soon(
+            partial(produce_ids, bootstrap, topic, during, partitions, per_second=rate)
+        )
         up: dict[str, Member] = {}
         names = [f"guest-{i}" for i in range(pool)]
         tick = seconds / max(1, events)
@@ -379,6 +388,13 @@ async def rebalance_storm(
         if crashed("anchor", anchor):
             anchor = Member(app("anchor"))
             await tasks.start(anchor.run)
+        members = [anchor, *up.values()]
+        await wait_until(
+            lambda: all(m.app.stats().partitions for m in members),
+            wait_limit,
+            lambda: {m.app.stats().member_id: m.app.stats().state for m in members},
+        )
+        await produce_ids(bootstrap, topic, last_wave, partitions)
         await sink.wait_unique(records, wait_limit)
         for member in [anchor, *up.values()]:
             await member.leave()
