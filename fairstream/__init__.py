@@ -13,13 +13,12 @@ process and each Python worker start ~0.2 s sooner (``benchmarks/RESULTS.md``).
 import importlib
 from typing import TYPE_CHECKING
 
+from fairstream._policies import DeadLetterPolicy, RetryPolicy
 from fairstream._public import show_public_paths as _show_public_paths
 from fairstream.config import (
     ConsumerConfig,
-    DeadLetterPolicy,
     ParallelRebalance,
     ProducerConfig,
-    RetryPolicy,
     SchedulerConfig,
     SecurityConfig,
 )

@@ -13,13 +13,12 @@ import anyio
 import anyio.abc
 import structlog
 
+from fairstream._policies import DeadLetterPolicy, RetryPolicy
 from fairstream.assign import strategy_names
 from fairstream.config import (
     ConsumerConfig,
-    DeadLetterPolicy,
     ParallelRebalance,
     ProducerConfig,
-    RetryPolicy,
     SchedulerConfig,
     SecurityConfig,
     from_env,

@@ -12,11 +12,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeVar, overload
 
+from fairstream._policies import DeadLetterPolicy, RetryPolicy
 from fairstream.config import (
-    DeadLetterPolicy,
     Ordering,
     ParallelRebalance,
-    RetryPolicy,
     SchedulerConfig,
 )
 from fairstream.errors import ConfigError

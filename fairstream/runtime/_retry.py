@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import anyio
 import structlog
 
-from fairstream.config import RetryPolicy
+from fairstream._policies import RetryPolicy
 from fairstream.errors import BrokerError, HandlerCancelled
 
 __all__ = [

@@ -7,11 +7,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from fairstream._policies import DeadLetterPolicy, RetryPolicy
 from fairstream.config import (
-    DeadLetterPolicy,
     Ordering,
     ParallelRebalance,
-    RetryPolicy,
     SchedulerConfig,
 )
 from fairstream.errors import ConfigError
