@@ -117,12 +117,11 @@ class Scenario:
 
     traffic: Traffic
     logs: Log
-    joined_at: float = 0.0
     join_logs_from: int = 0
-    join_settled_at: float = 0.0
-    left_at: float = 0.0
-    leave_settled_at: float = 0.0
     leave_logs_from: int = 0
+    owners_before_join: dict[int, set[str]] = field(default_factory=dict)
+    owners_after_join: dict[int, set[str]] = field(default_factory=dict)
+    owners_after_leave: dict[int, set[str]] = field(default_factory=dict)
 
 
 async def _scenario(broker: Broker, group_id: str, cooperative: bool, leave: bool) -> Scenario:
@@ -138,9 +137,7 @@ async def _scenario(broker: Broker, group_id: str, cooperative: bool, leave: boo
     stop_producing, stop_first, stop_fourth = anyio.Event(), anyio.Event(), anyio.Event()
     names = {"m0", "m1", "m2"}
 
-    def settled_on(members: set[str]) -> bool:
-        now = time.monotonic()
-        owners = traffic.owners(now - 1.0, now)
+    def settled_on(owners: dict[int, set[str]], members: set[str]) -> bool:
         single = len(owners) == PARTITIONS and all(len(o) == 1 for o in owners.values())
         if not single or set().union(*owners.values()) != members:
             return False
@@ -148,11 +145,21 @@ async def _scenario(broker: Broker, group_id: str, cooperative: bool, leave: boo
         load = Counter(m for o in owners.values() for m in o)
         return max(load.values()) - min(load.values()) <= 1
 
-    async def settle(members: set[str]) -> float:
-        """When the group was last seen settled on ``members``, a second ago."""
-        await wait_until(lambda: settled_on(members), 60)
-        await anyio.sleep(1.0)
-        return time.monotonic() - 1.0
+    async def settle(members: set[str]) -> dict[int, set[str]]:
+        """Who handled each partition over the second in which the group was first seen
+        settled on ``members``. That very window, not one read after it: on a loaded
+        machine a later second may hold no handled record at all."""
+        settled: dict[int, set[str]] = {}
+
+        def seen_settled() -> bool:
+            now = time.monotonic()
+            owners = traffic.owners(now - 1.0, now)
+            if settled_on(owners, members):
+                settled.update(owners)
+            return bool(settled)
+
+        await wait_until(seen_settled, 90)
+        return settled
 
     with _rebalance_log() as logs:
         traffic.log = logs
@@ -162,17 +169,16 @@ async def _scenario(broker: Broker, group_id: str, cooperative: bool, leave: boo
             for name in sorted(names):
                 app = _member(broker, group_id, topic, name, traffic, cooperative)
                 tasks.start_soon(run_until, app, stop_first)
-            await settle(names)
-            scenario.joined_at = traffic.slow_from = time.monotonic()
+            scenario.owners_before_join = await settle(names)
+            traffic.slow_from = time.monotonic()
             scenario.join_logs_from = len(logs)
             fourth = _member(broker, group_id, topic, "m3", traffic, cooperative, leaves=leave)
             tasks.start_soon(run_until, fourth, stop_fourth)
-            scenario.join_settled_at = await settle({*names, "m3"})
+            scenario.owners_after_join = await settle({*names, "m3"})
             if leave:
                 scenario.leave_logs_from = len(logs)
-                scenario.left_at = time.monotonic()
                 stop_fourth.set()
-                scenario.leave_settled_at = await settle(names)
+                scenario.owners_after_leave = await settle(names)
             stop_producing.set()
             await wait_until(lambda: traffic.written <= traffic.handled.keys(), 30)
             stop_fourth.set()
@@ -216,8 +222,7 @@ def _check_join(run: Scenario) -> set[int]:
     assert traffic.written <= traffic.handled.keys()
     assert not _lost(logs), rounds
     # 2 of 8 partitions move to the fourth member, in two rounds.
-    before = traffic.owners(run.joined_at - 1.0, run.joined_at)
-    after = traffic.owners(run.join_settled_at, run.join_settled_at + 1.0)
+    before, after = run.owners_before_join, run.owners_after_join
     kept = {p for p in range(PARTITIONS) if before[p] == after[p]}
     moved = set(range(PARTITIONS)) - kept
     assert len(moved) == 2 and {m for p in moved for m in after[p]} == {"m3"}, (before, after)
@@ -252,8 +257,7 @@ async def test_cooperative_leave_moves_only_the_leavers_partitions(
     run = await _scenario(broker, group_id, cooperative=True, leave=True)
     moved = _check_join(run)
     traffic, logs = run.traffic, run.logs
-    before = traffic.owners(run.left_at - 1.0, run.left_at)
-    after = traffic.owners(run.leave_settled_at, run.leave_settled_at + 1.0)
+    before, after = run.owners_after_join, run.owners_after_leave
     orphaned = {p for p, owners in before.items() if owners == {"m3"}}
     assert orphaned == moved
     assert all(before[p] == after[p] for p in set(range(PARTITIONS)) - orphaned)
