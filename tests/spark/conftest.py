@@ -6,6 +6,8 @@ master the benchmark uses) and shared; each test still gets its own topic and gr
 
 from __future__ import annotations
 
+import contextlib
+import os
 import uuid
 from collections.abc import Iterator, Sequence
 
@@ -18,6 +20,25 @@ from pyspark.sql import SparkSession
 from fairstream.runtime._kafka._admin import BrokerAdmin
 from fairstream.spark import build_session
 from tests.conftest import Broker
+
+SPARK_PRIORITY = -5
+"""The nice value of a pytest worker from its first Spark test on, where it may be set.
+
+Spark gives a Python worker it starts 10 s to connect back, hard-coded in Spark 4.3's
+``PythonWorkerFactory`` (no option changes it), and a streaming query whose worker
+misses it fails with "Python worker failed to connect back". On two cores busy with
+the suite's other workers and a second suite, a new interpreter's imports took longer
+than that. Every Spark process (the JVMs, their Python workers, spark-submit) is a
+child of the worker that runs the Spark tests, so it inherits the priority; the
+other tests' waits are hang guards far longer than a start-up."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def spark_first() -> None:
+    """Put the Spark tests' processes ahead of the others on the CPU (root only:
+    elsewhere the priority stays as it was)."""
+    with contextlib.suppress(PermissionError):
+        os.setpriority(os.PRIO_PROCESS, 0, SPARK_PRIORITY)
 
 
 @pytest.fixture(scope="session")
