@@ -86,6 +86,12 @@ class InFlight:
     _ended: anyio.Event | None = None
     _over: bool = False
 
+    def cancel(self) -> None:
+        """Cancel the work unless it ended: a worker's scope outlives its dispatch (it
+        is the worker's next dispatch's once this one ended)."""
+        if not self._over:
+            self.scope.cancel()
+
     def finish(self) -> None:
         """The work ended: wake whoever waits for it."""
         self._over = True
