@@ -336,7 +336,11 @@ class KeyedLane:
                 # fetcher and the other chains run between these runs. What
                 # anyio.lowlevel.checkpoint() does on asyncio, without its look-up of
                 # the running library (a tenth of this lane's CPU, a run at a time).
-                await asyncio.sleep(0)
+                # A chain that ran out parks next (or ends), which suspends as well:
+                # a checkpoint before it is a loop turn a dispatch for nothing (at
+                # hundreds of partitions every chain runs out in one run).
+                if chain:
+                    await asyncio.sleep(0)
         except FairstreamError as exc:
             self._fail(exc)
             return False
