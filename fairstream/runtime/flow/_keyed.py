@@ -86,6 +86,12 @@ class InFlight:
     _ended: anyio.Event | None = None
     _over: bool = False
 
+    def cancel(self) -> None:
+        """Cancel the work unless it ended: a worker's scope outlives its dispatch (it
+        is the worker's next dispatch's once this one ended)."""
+        if not self._over:
+            self.scope.cancel()
+
     def finish(self) -> None:
         """The work ended: wake whoever waits for it."""
         self._over = True
@@ -330,7 +336,11 @@ class KeyedLane:
                 # fetcher and the other chains run between these runs. What
                 # anyio.lowlevel.checkpoint() does on asyncio, without its look-up of
                 # the running library (a tenth of this lane's CPU, a run at a time).
-                await asyncio.sleep(0)
+                # A chain that ran out parks next (or ends), which suspends as well:
+                # a checkpoint before it is a loop turn a dispatch for nothing (at
+                # hundreds of partitions every chain runs out in one run).
+                if chain:
+                    await asyncio.sleep(0)
         except FairstreamError as exc:
             self._fail(exc)
             return False

@@ -102,7 +102,7 @@ class Workers:
             self.wake()
         if cancel:
             for running in self.running():
-                running.scope.cancel()
+                running.cancel()
 
     @property
     def in_flight(self) -> int:
@@ -136,55 +136,66 @@ class Workers:
                 self.wake()
 
         while not self._stopping:
-            dispatch = scheduler.next_dispatch()
-            if dispatch is None:
-                awake = anyio.Event()
-                self._sleepers.append(awake)
-                try:
-                    await awake.wait()
-                finally:
-                    if awake in self._sleepers:
-                        self._sleepers.remove(awake)
-                continue
-            # One pull (or release) may have readied several partitions, and it woke
-            # one worker: the wake is passed on as soon as this dispatch suspends (its
-            # handler awaits), or the others would wait out this handler, however long
-            # it takes, beside idle workers. A dispatch that never suspends is over by
-            # then, and this worker takes the next one itself: a wake (~10 us: an
-            # event, a task switch) is spent only where it buys concurrency.
-            busy = True
-            if not passing:  # one call at a time: dispatches that never suspend share it
-                passing = True
-                loop.call_soon(pass_on)
-            self._taken(dispatch)
-            try:
-                await self._run(dispatch)
-            finally:
-                busy = False
-            # A handler that never suspends would otherwise keep the loop to itself:
-            # the fetcher (and an in-process producer) must run between dispatches.
-            # anyio.lowlevel.checkpoint() on asyncio, without its look-up of the
-            # running library (as the keyed lane between its runs); but at most once
-            # a _CHECKPOINT_EVERY, not after every dispatch: each turn polls the
-            # sockets and wakes the fetcher for what one dispatch freed, and cheap
-            # dispatches paid that each time (steady CPU a record 1.45x -> 1.22x the
-            # raw loop's at 512 partitions, benchmarks/notes/per_record_cost.md).
-            if loop.time() - turned >= _CHECKPOINT_EVERY:
-                await asyncio.sleep(0)
+            # One cancel scope a worker, not one a dispatch: making and entering one
+            # costs ~4.5 us, a quarter of what a no-op dispatch costs beside its
+            # handler calls. A dispatch's InFlight cancels it only while that dispatch
+            # runs, and the worker leaves a cancelled scope before its next await, so
+            # the cancel ends that dispatch and no other, as a scope of its own did.
+            with anyio.CancelScope() as scope:
+                while not self._stopping:
+                    dispatch = scheduler.next_dispatch()
+                    if dispatch is None:
+                        awake = anyio.Event()
+                        self._sleepers.append(awake)
+                        try:
+                            await awake.wait()
+                        finally:
+                            if awake in self._sleepers:
+                                self._sleepers.remove(awake)
+                        continue
+                    # One pull (or release) may have readied several partitions, and it
+                    # woke one worker: the wake is passed on as soon as this dispatch
+                    # suspends (its handler awaits), or the others would wait out this
+                    # handler, however long it takes, beside idle workers. A dispatch
+                    # that never suspends is over by then, and this worker takes the
+                    # next one itself: a wake (~10 us: an event, a task switch) is
+                    # spent only where it buys concurrency.
+                    busy = True
+                    if not passing:  # one call at a time: dispatches that never suspend share it
+                        passing = True
+                        loop.call_soon(pass_on)
+                    self._taken(dispatch)
+                    try:
+                        await self._run(dispatch, scope)
+                    finally:
+                        busy = False
+                    if scope.cancel_called:  # cancelled as it ended: a new scope
+                        break
+                    # A handler that never suspends would otherwise keep the loop to
+                    # itself: the fetcher (and an in-process producer) must run between
+                    # dispatches. anyio.lowlevel.checkpoint() on asyncio, without its
+                    # look-up of the running library (as the keyed lane between its
+                    # runs); but at most once a _CHECKPOINT_EVERY, not after every
+                    # dispatch: each turn polls the sockets and wakes the fetcher for
+                    # what one dispatch freed, and cheap dispatches paid that each time
+                    # (steady CPU a record 1.45x -> 1.22x the raw loop's at 512
+                    # partitions, benchmarks/notes/per_record_cost.md).
+                    if loop.time() - turned >= _CHECKPOINT_EVERY:
+                        await asyncio.sleep(0)
 
-    async def _run(self, dispatch: Dispatch[Record[bytes]]) -> None:
+    async def _run(self, dispatch: Dispatch[Record[bytes]], scope: anyio.CancelScope) -> None:
+        """Run ``dispatch`` in the worker's ``scope``; its cancel propagates from here."""
         subscriber = self._subscribers[dispatch.lane]
-        running = InFlight(anyio.CancelScope())
+        running = InFlight(scope)
         keys = [(piece.tp, dispatch.replay) for piece in dispatch.slices]
         for key in keys:
             self._in_flight[key] = running
         try:
-            with running.scope:
-                keyed = None if dispatch.replay else self._keyed.get(dispatch.lane)
-                if keyed is not None:
-                    await keyed.admit(dispatch)
-                else:
-                    await self._runner.run(subscriber, dispatch)
+            keyed = None if dispatch.replay else self._keyed.get(dispatch.lane)
+            if keyed is not None:
+                await keyed.admit(dispatch)
+            else:
+                await self._runner.run(subscriber, dispatch)
         except FairstreamError as exc:
             self._fail(exc)
         finally:

@@ -250,7 +250,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
                 "revoke_timeout", reason="in-flight handlers cancelled", partitions=len(tps)
             )
             for running in waiting:
-                running.scope.cancel()
+                running.cancel()
                 await running.wait()
         if not await self._commit(tps):
             self._keep_unsaved(tps)
@@ -282,7 +282,7 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
             await self._shadows.stop(tps)
         self._scheduler.revoke(tps)
         for running in self._running_on(tps):
-            running.scope.cancel()
+            running.cancel()
             await running.wait()
         self._keep_unsaved(tps)
         self._offsets.forget(tps)
