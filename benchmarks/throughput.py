@@ -306,6 +306,11 @@ WAYS = {
         name="raw aiokafka, max_records, auto-commit",
         consume=partial(raw_aiokafka, bounded=True, commits="auto"),
         commits="aiokafka auto-commit (may commit unhandled records)",
+        # Not checked, as FastStream's auto-commit ways are not: aiokafka commits on its
+        # own timer and on stop, logging (not raising) a failure, and under load the
+        # group had committed nothing when checked in 3 of 8 processes, which ended the
+        # run and lost its pairs. Auto-commit promises no commit at the end.
+        check_commits=False,
         raw=True,
     ),
     "fairstream": Way(
