@@ -5,15 +5,16 @@ PYTHON ?= python3
 # The suite mostly waits on brokers (rebalances, session timeouts), not on the CPU, so
 # it runs more pytest workers than there are cores, each with its own embedded brokers.
 # From a clean clone on two cores (2026-11-29, .ci/run, install included): -n 4 403 s
-# quiet (before that day's test cuts) and 514 s half busy; -n 5 381 s quiet; -n 6
-# ~320 s quiet, but two -n 6 runs side by side failed: a Spark query whose Python
-# worker missed the 10 s Spark gives it to connect back (hard-coded in Spark 4.3's
-# PythonWorkerFactory). Five is the most that held side by side.
+# quiet (before that day's test cuts) and 514 s half busy; -n 5 369-393 s quiet; -n 6
+# ~320 s quiet. Six first failed side by side on a Spark query whose Python worker
+# missed the 10 s Spark 4.3 gives it to connect back (hard-coded in PythonWorkerFactory):
+# the Spark tests' processes now run at a raised priority (tests/spark/conftest.py),
+# and two suites beside a benchmark held at -n 5 with it.
 # A file stays on one worker (--dist loadfile), so module fixtures and order hold; tests/spark
 # runs as two such units, so two Spark JVMs run at once, not one a worker
 # (tests/support/xdist_files.py).
 # pytest prints the ten slowest tests at the end (--durations=10, pyproject.toml).
-PYTEST_WORKERS ?= 5
+PYTEST_WORKERS ?= 6
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
