@@ -2,8 +2,9 @@
 # dist/, README "Your first app") and `make install` (the venv alone:
 # `make install && . .venv/bin/activate`). Each creates or refreshes .venv first.
 PYTHON ?= python3
-# The suite mostly waits on brokers (rebalances, session timeouts), not on the CPU, so
-# it runs more pytest workers than there are cores, each with its own embedded brokers.
+# The suite waits on brokers (rebalances, session timeouts) besides computing (a quiet
+# run kept two cores ~77% busy, Spark's JVMs and Python workers ~40% of that), so it
+# runs more pytest workers than there are cores, each with its own embedded brokers.
 # From a clean clone on two cores (2026-11-29, .ci/run, install included): -n 4 403 s
 # quiet (before that day's test cuts) and 514 s half busy; -n 5 369-393 s quiet; -n 6
 # ~320 s quiet once (stop 44), 376-379 s at 45b0007 (which ran ten in a row green, eight of
