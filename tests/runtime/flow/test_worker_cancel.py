@@ -67,6 +67,16 @@ class _Room:
         self.scheduler.push(tp, _records(tp, count), 100 * count)
         self.workers.wake()
 
+    async def run(self, pushes: list[tuple[TP, int]], done: anyio.Event) -> None:
+        """One worker, ``pushes`` in order, until ``done`` (within 5 s)."""
+        async with anyio.create_task_group() as tasks:
+            self.workers.start(tasks, 1)
+            for tp, count in pushes:
+                self.push(tp, count)
+            with anyio.fail_after(5):
+                await done.wait()
+            self.workers.stop()
+
 
 async def test_a_dispatch_cancelled_in_its_handler_ends_there_and_the_next_runs_whole() -> None:
     handled: list[TP] = []
@@ -119,13 +129,7 @@ async def test_a_dispatch_cancelled_as_it_ends_leaves_the_next_one_alone() -> No
             b_done.set()
 
     room = _Room(handle)
-    async with anyio.create_task_group() as tasks:
-        room.workers.start(tasks, 1)
-        room.push(A, 3)
-        room.push(B, 5)
-        with anyio.fail_after(5):
-            await b_done.wait()
-        room.workers.stop()
+    await room.run([(A, 3), (B, 5)], b_done)
     assert handled == [A] * 3 + [B] * 5
     assert room.offsets.next_commit(B) == 5
 
@@ -150,12 +154,6 @@ async def test_cancelling_a_dispatch_that_ended_cancels_nothing() -> None:
             b_done.set()
 
     room = _Room(handle)
-    async with anyio.create_task_group() as tasks:
-        room.workers.start(tasks, 1)
-        room.push(A, 1)
-        room.push(B, 5)
-        with anyio.fail_after(5):
-            await b_done.wait()
-        room.workers.stop()
+    await room.run([(A, 1), (B, 5)], b_done)
     assert handled == [A] + [B] * 5
     assert room.offsets.next_commit(B) == 5
