@@ -158,7 +158,7 @@ async def _scenario(broker: Broker, group_id: str, cooperative: bool, leave: boo
                 settled.update(owners)
             return bool(settled)
 
-        await wait_until(seen_settled, 90)
+        await wait_until(seen_settled, 60)
         return settled
 
     with _rebalance_log() as logs:
