@@ -13,15 +13,15 @@ from collections import Counter
 import anyio
 import pytest
 
-from fairstream import DeadLetterPolicy, Record, RetryPolicy, SchedulerConfig
+from fairstream import Record, SchedulerConfig
 from fairstream.runtime._record import TP
 from fairstream.runtime._stats import StatsRecorder
-from fairstream.runtime._subscriber import new_subscriber
 from fairstream.runtime.flow._barrier import Barrier, Gate
 from fairstream.runtime.flow._handling import DispatchRunner
 from fairstream.runtime.flow._keyed import KeyedLane
 from fairstream.runtime.flow._offsets import OffsetTracker
 from fairstream.runtime.flow._scheduler import Dispatch, Slice
+from tests.support.subscribers import no_dead_letter, plain_subscriber
 
 HELD, OTHER = ("t", 0), ("t", 1)
 PER_PARTITION = 400
@@ -83,21 +83,10 @@ async def test_a_held_partition_starts_nothing_and_its_handlers_finish_first(
         if ended[tp] < count:
             await waiting.setdefault((tp, count), anyio.Event()).wait()
 
-    subscriber = new_subscriber(
+    subscriber = plain_subscriber(
         handle,
-        topics=("t",),
-        batch=False,
-        settings=SchedulerConfig(ordering=ordering, concurrency=8),  # type: ignore[arg-type]
-        decoder=None,
-        key_decoder=None,
-        retry=RetryPolicy(),
-        dead_letter=DeadLetterPolicy(),
-        parallel_rebalance=None,
-        middlewares=(),
+        SchedulerConfig(ordering=ordering, concurrency=8),  # type: ignore[arg-type]
     )
-
-    async def no_dead_letter(*_: object) -> None:
-        raise AssertionError("no record fails here")
 
     runner = DispatchRunner(offsets, no_dead_letter, StatsRecorder())
     barrier = Barrier(["t"])

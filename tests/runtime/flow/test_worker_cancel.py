@@ -10,14 +10,14 @@ from collections.abc import Awaitable, Callable
 import anyio
 import anyio.lowlevel
 
-from fairstream import DeadLetterPolicy, Record, RetryPolicy, SchedulerConfig
+from fairstream import Record
 from fairstream.runtime._record import TP
 from fairstream.runtime._stats import StatsRecorder
-from fairstream.runtime._subscriber import new_subscriber
 from fairstream.runtime.flow._handling import DispatchRunner
 from fairstream.runtime.flow._offsets import OffsetTracker
 from fairstream.runtime.flow._scheduler import FairScheduler
 from fairstream.runtime.flow._workers import Workers
+from tests.support.subscribers import no_dead_letter, plain_subscriber
 
 A: TP = ("t", 0)
 B: TP = ("t", 1)
@@ -27,10 +27,6 @@ def _records(tp: TP, count: int) -> list[Record[bytes]]:
     return [Record(tp[0], tp[1], offset, None, b"v", (), 0, b"v") for offset in range(count)]
 
 
-async def _no_dead_letter(*_: object) -> None:
-    raise AssertionError("no record fails here")
-
-
 class _Room:
     """One worker over partitions A and B, and the offsets behind it."""
 
@@ -38,24 +34,13 @@ class _Room:
         self.offsets = OffsetTracker()
         self.scheduler: FairScheduler[Record[bytes]] = FairScheduler(quota=100)
         self.scheduler.configure_lane(0, single=True, limit=1)
-        subscriber = new_subscriber(
-            handler,
-            topics=("t",),
-            batch=False,
-            settings=SchedulerConfig(),
-            decoder=None,
-            key_decoder=None,
-            retry=RetryPolicy(),
-            dead_letter=DeadLetterPolicy(),
-            parallel_rebalance=None,
-            middlewares=(),
-        )
+        subscriber = plain_subscriber(handler)
         for tp in (A, B):
             self.offsets.assign(tp, None)
             self.scheduler.add_partition(tp, 0, 1000)
         self.workers = Workers(
             scheduler=self.scheduler,
-            runner=DispatchRunner(self.offsets, _no_dead_letter, StatsRecorder()),
+            runner=DispatchRunner(self.offsets, no_dead_letter, StatsRecorder()),
             subscribers=[subscriber],
             taken=lambda _: None,
             replayed=lambda: None,
