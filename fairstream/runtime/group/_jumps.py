@@ -77,18 +77,16 @@ class Jumps:
         """The catch-up plans of ``tps``, and the log starts :meth:`start` needs.
 
         One request reads the log start of every committed partition (a retention
-        gap, :meth:`_deleted_unread`) and, under ``"earliest"``, of every fresh one
-        (where it starts, :meth:`_seek_fresh`). Partitions with a commit are sought to
-        it at once: aiokafka's fetcher, running since the assignment, asks the
-        coordinator for the commit of each partition that has no position yet, one
-        request per partition, for as long as these requests take.
+        gap, :meth:`_deleted_unread`). Partitions with a commit are sought to it at
+        once, over the reset by rule the room asked of aiokafka at the assignment
+        (``Rebalancer._reset_by_rule``), which is where a fresh partition starts
+        unless a jump or ``"latest"``'s own rule (:meth:`_start_unseen`) seeks it.
         """
         for tp, found in sorted(committed.items()):
             if found is not None:
                 clients.seek(tp, found[0])
         plans = await self._plan_catch_ups(clients, tps, committed)
-        earliest = self._reset == "earliest"
-        wanted = [tp for tp, plan in plans.items() if earliest or plan.committed is not None]
+        wanted = [tp for tp, plan in plans.items() if plan.committed is not None]
         return plans, await clients.log_start_offsets(wanted) if wanted else {}
 
     async def start(
@@ -96,7 +94,6 @@ class Jumps:
     ) -> None:
         """Seek the planned partitions (registered in the offsets) where they start reading."""
         deleted = self._deleted_unread(plans, starts)
-        self._seek_fresh(clients, plans, starts)
         await self._catch_up(clients, plans)
         for tp, log_start in sorted(deleted.items()):
             if plans[tp].jump is None:
@@ -152,23 +149,6 @@ class Jumps:
                 "from the log start",
             )
         return deleted
-
-    def _seek_fresh(
-        self, clients: ShadowClients, plans: dict[TP, CatchUp], starts: dict[TP, int]
-    ) -> None:
-        """Seek every fresh partition under ``"earliest"`` to its log start (the plan
-        sought the committed ones); a jump, a retention gap or ``"latest"`` then seek
-        again.
-
-        The plan read all of their commits and log starts in one request each; left
-        to aiokafka, its fetcher asks the coordinator for the commit of one partition
-        after the other (a round trip each, and a scan of every assigned partition per
-        answer), then resets the fresh ones: at 2,048 partitions the first record came
-        2.1-2.8 s after the start instead of 0.8-1.3 s (``benchmarks/throughput.py``).
-        """
-        for tp, plan in sorted(plans.items()):
-            if plan.committed is None and tp in starts:
-                clients.seek(tp, starts[tp])
 
     async def _start_unseen(self, clients: ShadowClients, plans: dict[TP, CatchUp]) -> None:
         """Where ``auto_offset_reset="latest"`` would skip records that matter.
