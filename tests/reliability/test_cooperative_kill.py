@@ -15,7 +15,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import anyio
@@ -55,6 +57,25 @@ def _rounds(log: Path) -> list[dict[str, object]]:
     return [e for e in events if e["event"] in ("cooperative_join", "cooperative_assignment")]
 
 
+def _timeline(workdir: Path, spawned: dict[str, float]) -> str:
+    """Each member's spawn, start and rounds, in seconds from the first spawn: what a
+    failure of the waits below has to show to be found."""
+    zero = min(spawned.values())
+    lines = []
+    for name, at in sorted(spawned.items()):
+        events = [f"spawned {at - zero:.1f}"]
+        for line in (workdir / f"{name}.log").read_text(errors="replace").splitlines():
+            if not line.startswith("{"):
+                continue
+            event = json.loads(line)
+            if event["event"] in ("consumer_started", "cooperative_join", "cooperative_assignment"):
+                when = datetime.fromisoformat(event["timestamp"]).timestamp() - zero
+                detail = {k: event[k] for k in ("generation", "revoked", "added") if k in event}
+                events.append(f"{event['event']} {when:.1f} {detail}")
+        lines.append(f"{name}: " + "; ".join(events))
+    return "\n".join(lines)
+
+
 def _revoked(log: Path) -> bool:
     """Whether the member logged a round that revoked something from it."""
     return any(e["event"] == "cooperative_assignment" and e["revoked"] for e in _rounds(log))
@@ -85,13 +106,17 @@ async def test_a_member_killed_between_the_two_rounds_loses_nothing(
         "SINK_COMMIT_INTERVAL": "0.2",
     }
     members = {name: _spawn(env, name, tmp_path) for name in ("m0", "m1", "m2")}
+    spawned = dict.fromkeys(members, time.time())
     try:
         await wait_for_sightings(sink, RECORDS // 10, 60)
         members["m3"] = _spawn(env, "m3", tmp_path)
-        with anyio.fail_after(60):
+        spawned["m3"] = time.time()
+        with anyio.move_on_after(60) as waited:
             while not (victims := [n for n in members if _revoked(tmp_path / f"{n}.log")]):
                 assert all(p.poll() is None for p in members.values())
                 await anyio.sleep(0.01)
+        if waited.cancelled_caught:
+            pytest.fail("no member revoked a partition in 60 s:\n" + _timeline(tmp_path, spawned))
         victim = victims[0]
         await stop_sink(members[victim], signal.SIGKILL, 10)
         await produce_ids(noida.bootstrap, topic, ids[half:], PARTITIONS)
