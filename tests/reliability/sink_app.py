@@ -13,6 +13,10 @@ it and start it again:
   configuration and secrets scenarios;
 - ``SINK_PARALLEL_REBALANCE=1``: KIP-333 parallel rebalance (the soak's variant);
 - ``SINK_COOPERATIVE=1``: cooperative rebalancing (KIP-429; with ``SINK_ASSIGNOR=sticky``);
+- ``SINK_STOP_AT_REVOKE``: a path; the first member to give up partitions while a
+  file is there takes it (renamed to ``<path>.<SINK_TAG>``) and stops itself with
+  SIGSTOP right after its revoke commit, so that a test kills it at that point
+  whatever the machine's load;
 - ``SINK_MANUAL_FLUSH=N``: ``ack="manual"``; the handler buffers each partition's
   records and writes them to the sink ``N`` at a time, then acknowledges the last
   one written: the reason users choose manual acks, and what a commit must not pass.
@@ -21,9 +25,11 @@ it and start it again:
 from __future__ import annotations
 
 import os
+import signal
 from typing import Any
 
 import anyio
+from aiokafka import TopicPartition
 
 from fairstream import (
     App,
@@ -83,6 +89,17 @@ def build() -> App:
                 pending.clear()
 
         return app
+
+    stop_flag = env.get("SINK_STOP_AT_REVOKE")
+    if stop_flag:
+
+        @app.on_partitions_revoked
+        async def stop_here(partitions: list[TopicPartition]) -> None:
+            try:
+                os.rename(stop_flag, f"{stop_flag}.{sink.tag}")  # atomic: one member wins
+            except FileNotFoundError:
+                return
+            os.kill(os.getpid(), signal.SIGSTOP)
 
     @app.subscriber(env.get("SINK_TOPIC", "orders"), batch=True)
     async def handle(records: list[Record[dict[str, Any]]]) -> None:
