@@ -161,7 +161,7 @@ async def test_sasl_ssl_settings_reach_every_aiokafka_client(ca_file: Path) -> N
     clients = aiokafka_clients(app, list(app.subscribers))
     try:
         consumer_client = clients._consumer._client
-        producer_client = clients._producer.client
+        producer_client = clients._producing.producer.client
         for client in (consumer_client, producer_client):
             assert client._security_protocol == "SASL_SSL"
             assert client._sasl_mechanism == "SCRAM-SHA-512"
@@ -177,7 +177,7 @@ async def test_sasl_ssl_settings_reach_every_aiokafka_client(ca_file: Path) -> N
         assert clients._common["security_protocol"] == "SASL_SSL"
     finally:
         await clients._consumer.stop()
-        await clients._producer.stop()
+        await clients._producing.producer.stop()
         await clients.aclose()
 
 

@@ -1,26 +1,28 @@
-"""The engine's edge to Kafka: a consumer, a producer, and the start-up checks.
+"""The engine's edge to Kafka: the group consumer, the start-up checks, and the reads
+of the rebalance room.
 
 :class:`AIOKafkaClients` implements the ports of ``_ports`` (``KafkaClients`` and
-``ShadowClients``) with aiokafka for real clusters. Third-party errors are wrapped
-here, at the boundary, into messages that say what to check.
+``ShadowClients``) with aiokafka for real clusters; its producer side is
+:class:`~fairstream.runtime._kafka._producing.Producing`, and each client starts
+through :func:`~fairstream.runtime._kafka._starting.start_client`. Third-party errors
+are wrapped here, at the boundary, into messages that say what to check.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ssl
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaConnectionError, KafkaError, MessageSizeTooLargeError
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
 
 from fairstream.config import ConsumerConfig, ProducerConfig, SecurityConfig
-from fairstream.errors import BrokerError, ConfigError, describe
-from fairstream.runtime._kafka._admin import BrokerAdmin, may_pass, stop_quietly
+from fairstream.errors import ConfigError
+from fairstream.runtime._kafka._admin import BrokerAdmin, stop_quietly
 from fairstream.runtime._kafka._assignors import PlanningAssignor, make_assignor
 from fairstream.runtime._kafka._cooperative_hooks import make_cooperative
 from fairstream.runtime._kafka._direct_records import build_records_directly
@@ -28,16 +30,15 @@ from fairstream.runtime._kafka._drift import watch_drift
 from fairstream.runtime._kafka._join import offer_all_at_once, report_join
 from fairstream.runtime._kafka._member_data import Handover
 from fairstream.runtime._kafka._membership import watch_membership
+from fairstream.runtime._kafka._producing import Producing
 from fairstream.runtime._kafka._pull_in_turn import pull_in_turn
 from fairstream.runtime._kafka._refused_commits import keep_member_on_refused_commit
 from fairstream.runtime._kafka._shadow_reader import AIOKafkaShadowReader, shadow_read_error
+from fairstream.runtime._kafka._starting import start_client
 from fairstream.runtime._kafka._static_leave import leave_when_stopped
-from fairstream.runtime._kafka._tls import tls_problem
 from fairstream.runtime._ports import AppSettings, ConsumerPort, InTurn, ShadowReader
-from fairstream.runtime._record import TP, Headers
+from fairstream.runtime._record import TP
 from fairstream.runtime._subscriber import Subscriber
-from fairstream.runtime.flow._dead_letter import dead_letter_copies
-from fairstream.runtime.flow._transactions import Transactions, handled_partition
 
 __all__ = ["AIOKafkaClients", "aiokafka_clients"]
 
@@ -65,24 +66,25 @@ class AIOKafkaClients:
         self.group_id = group_id
         self._dead_letter_topics = dict(dead_letter_topics)
         self._common = {"bootstrap_servers": bootstrap, **security.aiokafka_kwargs()}
-        self._secured = security.protocol != "PLAINTEXT"
         self._assignor = assignor
         self._config = consumer_config
         self._instance_id = instance_id
         self._isolation = "read_committed" if exactly_once else "read_uncommitted"
         self._consumer = self._group_consumer()
-        self._producer_config = producer_config
-        self._producer = self._new_producer(idempotent=True)
+        self._producing = Producing(
+            bootstrap=bootstrap,
+            common=self._common,
+            client_id=f"{consumer_config.client_id}-producer",
+            config=producer_config,
+            transactions_of=group_id if exactly_once else None,
+        )
+        # The producer side (KafkaClients.publish, .dead_letter; TransactionalClients).
+        self.transactions = self._producing.transactions
+        self.publish = self._producing.publish
+        self.dead_letter = self._producing.dead_letter
         self._admin = admin
         self._subscription: tuple[list[str], ConsumerRebalanceListener] | None = None
         self._rejoin_after_s = consumer_config.heartbeat_interval_ms / 1000
-        self.transactions = (
-            Transactions(
-                group_id=group_id, bootstrap=bootstrap, new_producer=self._transactional_producer
-            )
-            if exactly_once
-            else None
-        )
 
     def _group_consumer(self) -> AIOKafkaConsumer:
         config = self._config
@@ -102,44 +104,6 @@ class AIOKafkaClients:
             partition_assignment_strategy=self._assignor.protocols,
             isolation_level=self._isolation,
         )
-
-    def _new_producer(self, *, idempotent: bool) -> AIOKafkaProducer:
-        return AIOKafkaProducer(
-            **self._common,
-            client_id=f"{self._config.client_id}-producer",
-            **self._producer_config.aiokafka_kwargs(idempotent=idempotent),
-        )
-
-    def _transactional_producer(self, transactional_id: str) -> AIOKafkaProducer:
-        return AIOKafkaProducer(
-            **self._common,
-            client_id=f"{self._config.client_id}-producer",
-            **self._producer_config.aiokafka_kwargs(idempotent=True),
-            transactional_id=transactional_id,
-        )
-
-    async def _start_producer(self) -> None:
-        """Start the producer; without idempotence where the broker gives no producer id.
-
-        An idempotent producer asks for a producer id when it starts (InitProducerId);
-        tansu answers that with an error, which would stop every app on it. The
-        broker answered, so it is up: a producer without idempotence is the best
-        there is, and the warning says so.
-        """
-        try:
-            await self._start(self._producer, "producer")
-        except BrokerError as exc:
-            unreachable = isinstance(exc.__cause__, KafkaConnectionError)
-            if unreachable or not self._producer_config.enable_idempotence:
-                raise
-            await stop_quietly(self._producer.stop)
-            log.warning(
-                "producer_idempotence_unavailable",
-                reason=f"{exc}; dead letters and publish use a producer without idempotence "
-                "(a retried send may be written twice)",
-            )
-            self._producer = self._new_producer(idempotent=False)
-            await self._start(self._producer, "producer")
 
     @property
     def consumer(self) -> ConsumerPort:
@@ -167,39 +131,10 @@ class AIOKafkaClients:
     def handover(self) -> Handover:
         return self._assignor.handover
 
-    async def _start(self, client: Any, what: str) -> None:
-        try:
-            await client.start()
-        except KafkaConnectionError as exc:
-            context = self._common.get("ssl_context")
-            problem = None
-            if isinstance(context, ssl.SSLContext):
-                problem = await tls_problem(self.bootstrap, context)
-            if problem is not None:
-                raise BrokerError(
-                    f"cannot reach the Kafka cluster to start the {what}: {problem}",
-                    bootstrap=self.bootstrap,
-                ) from exc
-            check = "the bootstrap address (--bootstrap or FAIRSTREAM_BOOTSTRAP)"
-            if self._secured:
-                check += ", the security settings (protocol, SASL mechanism, credentials, CA)"
-            raise BrokerError(
-                f"cannot reach the Kafka cluster to start the {what}: {exc}; check {check} "
-                "and that the broker runs",
-                bootstrap=self.bootstrap,
-                retriable=True,
-            ) from exc
-        except KafkaError as exc:
-            raise BrokerError(
-                f"the {what} could not start: {describe(exc)}",
-                bootstrap=self.bootstrap,
-                retriable=may_pass(exc),
-            ) from exc
-
     async def start(self, topics: Sequence[str], listener: ConsumerRebalanceListener) -> None:
         """Connect, check the topics exist, create missing dead-letter topics, subscribe."""
-        await self._start_producer()
-        await self._start(self._consumer, "consumer")
+        await self._producing.start()
+        await self._start_consumer(self._consumer)
         self._hook(self._consumer)
         existing = await self._consumer.topics()
         missing = sorted(set(topics) - existing)
@@ -214,6 +149,9 @@ class AIOKafkaClients:
         await self._ensure_dead_letter_topics(existing)
         self._subscription = (list(topics), listener)
         self._subscribe()
+
+    async def _start_consumer(self, consumer: AIOKafkaConsumer) -> None:
+        await start_client(consumer, "consumer", bootstrap=self.bootstrap, common=self._common)
 
     def _hook(self, consumer: AIOKafkaConsumer) -> None:
         """Fit a started group consumer with fairstream's hooks, before it subscribes.
@@ -239,7 +177,7 @@ class AIOKafkaClients:
         # The new one starts first: if it cannot, the old one stays, to be replaced later.
         fresh = self._group_consumer()
         try:
-            await self._start(fresh, "consumer")
+            await self._start_consumer(fresh)
             self._hook(fresh)
         except BaseException:  # cancelled too: stop what start() opened (shadow_reader)
             with anyio.CancelScope(shield=True):
@@ -263,75 +201,6 @@ class AIOKafkaClients:
         await self._admin.start()
         await self._admin.create_topics(partitions)
         log.info("dead_letter_topics_created", topics=sorted(wanted))
-
-    async def publish(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | None = None,
-        headers: Headers = (),
-        partition: int | None = None,
-    ) -> None:
-        if self.transactions is not None and (handled := handled_partition()) is not None:
-            await self.transactions.publish(
-                *handled, topic, value, key=key, headers=headers, partition=partition
-            )
-            return
-        try:
-            await self._producer.send_and_wait(
-                topic, value, key=key, headers=list(headers), partition=partition
-            )
-        except KafkaError as exc:
-            raise BrokerError(
-                f"publishing to topic {topic!r} failed: {describe(exc)}",
-                bootstrap=self.bootstrap,
-                retriable=may_pass(exc),
-            ) from exc
-
-    async def dead_letter(
-        self, subscriber: Subscriber, raw: Any, error: BaseException, attempts: int
-    ) -> None:
-        topic = subscriber.dead_letter.topic_for(raw.topic)
-        copies = dead_letter_copies(raw, error, attempts)
-        for copy in copies:
-            # Kafka allows a record with neither key nor value, aiokafka's producer
-            # does not: such a record is dead-lettered with an empty key instead.
-            key = b"" if copy.key is None and copy.value is None else copy.key
-            try:
-                if self.transactions is not None:
-                    await self.transactions.publish(
-                        (raw.topic, raw.partition),
-                        raw.offset,
-                        topic,
-                        copy.value,
-                        key=key,
-                        headers=copy.headers,
-                        partition=None,
-                    )
-                else:
-                    await self._producer.send_and_wait(
-                        topic, copy.value, key=key, headers=list(copy.headers)
-                    )
-            except KafkaError as exc:
-                if isinstance(exc, MessageSizeTooLargeError) and copy is not copies[-1]:
-                    continue  # the next copy drops the largest part left
-                raise BrokerError(
-                    f"dead-lettering {raw.topic}[{raw.partition}]@{raw.offset} to {topic!r} "
-                    f"failed: {describe(exc)}; the record stays uncommitted",
-                    bootstrap=self.bootstrap,
-                    retriable=may_pass(exc),
-                ) from exc
-            if copy.dropped:
-                log.warning(
-                    "dead_letter_parts_dropped",
-                    topic=raw.topic,
-                    partition=raw.partition,
-                    offset=raw.offset,
-                    reason="record too large for the dead-letter topic",
-                    **{f"{part}_bytes": size for part, size in copy.dropped},
-                )
-            return
 
     # --- parallel rebalance (ShadowClients) -------------------------------------------
 
@@ -411,10 +280,8 @@ class AIOKafkaClients:
         """
         if self._config.leave_group_on_stop and self._instance_id:
             leave_when_stopped(self._consumer, self._instance_id)
-        for close in (self._consumer.stop, self._admin.aclose, self._producer.stop):
+        for close in (self._consumer.stop, self._admin.aclose, self._producing.aclose):
             await stop_quietly(close)
-        if self.transactions is not None:
-            await stop_quietly(self.transactions.aclose)
         await self._assignor.aclose()
 
 
