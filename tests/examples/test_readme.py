@@ -31,6 +31,10 @@ def _blocks() -> dict[str, str]:
     }
 
 
+REPOSITORY = "https://github.com/fairstream/fairstream/"
+"""``[project.urls] Repository`` in pyproject.toml."""
+
+
 def _run(name: str, folder: Path) -> subprocess.CompletedProcess[str]:
     """Save the docs' block ``name`` in ``folder`` and run it as a user would."""
     (folder / name).write_text(_blocks()[name])
@@ -110,12 +114,16 @@ def test_publishers_hooks_and_listeners_the_test_passes(tmp_path: Path) -> None:
 
 
 def test_the_readme_links_to_files_that_exist() -> None:
-    """The README's relative links (the guides, RESULTS, examples) lead somewhere.
+    """The README's links into the repository (the guides, RESULTS, examples) are
+    absolute and lead to files that exist.
 
-    ``make docs`` checks the site's links, not the README's, which GitHub renders.
+    PyPI shows the README as the project's description, where a relative link leads
+    nowhere; GitHub renders the same absolute links. ``make docs`` checks the site's
+    links, not the README's.
     """
     root = DOCS.parent
     text = (root / "README.md").read_text()
-    links = re.findall(r"\]\(((?!https?://|#)[^)#]+)", text)
+    assert re.findall(r"\]\(((?!https?://|#)[^)]+)", text) == [], "relative links"
+    links = re.findall(re.escape(REPOSITORY) + r"(?:blob|tree)/main/([^)#]+)", text)
     assert any(link.startswith("docs/") for link in links), "no link to the docs pages"
     assert [link for link in links if not (root / link).exists()] == []
