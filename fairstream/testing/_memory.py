@@ -348,10 +348,6 @@ class _MemoryConsumer:
         for partition in partitions:
             self.seek(partition, 0)
 
-    async def seek_to_end(self, *partitions: TopicPartition) -> None:
-        for partition in partitions:
-            self.seek(partition, self._broker.end_offset(partition.topic, partition.partition))
-
     async def commit(self, offsets: Mapping[TopicPartition, Any] | None = None) -> None:
         group = self._broker._groups[self._group_id]
         for tp, value in (offsets or {}).items():

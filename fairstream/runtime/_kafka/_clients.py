@@ -33,6 +33,7 @@ from fairstream.runtime._kafka._membership import watch_membership
 from fairstream.runtime._kafka._producing import Producing
 from fairstream.runtime._kafka._pull_in_turn import pull_in_turn
 from fairstream.runtime._kafka._refused_commits import keep_member_on_refused_commit
+from fairstream.runtime._kafka._reset_by_rule import reset_by_rule
 from fairstream.runtime._kafka._shadow_reader import AIOKafkaShadowReader, shadow_read_error
 from fairstream.runtime._kafka._starting import start_client
 from fairstream.runtime._kafka._static_leave import leave_when_stopped
@@ -248,6 +249,10 @@ class AIOKafkaClients:
 
     def seek(self, tp: TP, offset: int) -> None:
         self._consumer.seek(TopicPartition(*tp), offset)
+
+    def reset_by_rule(self, tps: Collection[TP]) -> None:
+        partitions = [TopicPartition(*tp) for tp in tps]
+        reset_by_rule(self._consumer, partitions, self._config.auto_offset_reset)
 
     @asynccontextmanager
     async def shadow_reader(self, tp: TP) -> AsyncIterator[ShadowReader]:

@@ -79,7 +79,7 @@ class Jumps:
         One request reads the log start of every committed partition (a retention
         gap, :meth:`_deleted_unread`). Partitions with a commit are sought to it at
         once, over the reset by rule the room asked of aiokafka at the assignment
-        (``Rebalancer._reset_by_rule``), which is where a fresh partition starts
+        (``ShadowClients.reset_by_rule``), which is where a fresh partition starts
         unless a jump or ``"latest"``'s own rule (:meth:`_start_unseen`) seeks it.
         """
         for tp, found in sorted(committed.items()):

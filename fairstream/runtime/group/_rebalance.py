@@ -88,7 +88,6 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         self._fail = fail
         self._listeners = listeners
         self._transactions = transactions
-        self._reset = reset
         self._jumps = Jumps(
             clients=clients,
             subscribers=subscribers,
@@ -142,23 +141,22 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         partitions = [TopicPartition(*tp) for tp in sorted(tps)]
         if clients is not None and tps:
             self._clients.consumer.pause(*partitions)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._reset_by_rule, partitions)
-                try:
-                    if self._transactions is not None:
-                        # Fence the partitions' previous owners before reading their
-                        # commits: a zombie's transaction cannot land after the read.
-                        await self._transactions.fence(tps)
-                    plans, starts = await retry_broker(
-                        lambda: self._read_offsets(clients, tps, unsaved),
-                        event="assignment_read_retry",
-                        partitions=sorted(tps),
-                    )
-                except FairstreamError as exc:
-                    self._fail(exc)
-                    return
-                finally:
-                    tg.cancel_scope.cancel()
+            # Before the first await: aiokafka's fetcher would otherwise ask for each
+            # partition's commit, one request after the other, until the seeks land.
+            clients.reset_by_rule(tps)
+            try:
+                if self._transactions is not None:
+                    # Fence the partitions' previous owners before reading their
+                    # commits: a zombie's transaction cannot land after the read.
+                    await self._transactions.fence(tps)
+                plans, starts = await retry_broker(
+                    lambda: self._read_offsets(clients, tps, unsaved),
+                    event="assignment_read_retry",
+                    partitions=sorted(tps),
+                )
+            except FairstreamError as exc:
+                self._fail(exc)
+                return
         for tp in sorted(tps):
             lane = self._lane_of_topic[tp[0]]
             self._scheduler.add_partition(tp, lane, self._subscribers[lane].max_batch)
@@ -175,29 +173,6 @@ class Rebalancer(ConsumerRebalanceListener):  # type: ignore[misc]
         self.joined.set()
         log.info("partitions_assigned", group_id=self.group_id, partitions=sorted(tps))
         await self._listeners.partitions_assigned(tps)
-
-    async def _reset_by_rule(self, partitions: list[TopicPartition]) -> None:
-        """Hand the new partitions to aiokafka's reset by ``auto_offset_reset`` at once.
-
-        aiokafka's fetcher runs from the assignment on; for a partition with no
-        position it asks the coordinator for that partition's commit, one request a
-        partition, one after the other (pausing does not stop it: it wants a
-        position first), for as long as the room's own batched read takes - 3 to 5
-        of 64 partitions on a quiet machine, 19 once under load. A partition awaiting
-        a reset needs no commit: the fetcher resets all of them in one ListOffsets
-        request, and the room's seeks (``_jumps``) replace that position, before or
-        after it lands (aiokafka keeps a seek over a reset that comes later). A
-        partition the room does not seek starts where aiokafka's own reset would have
-        put it, as before. This task's work is done by its first step; awaiting the
-        reset is aiokafka's API, and the room cancels it once its read is in.
-        """
-        consumer = self._clients.consumer
-        reset = consumer.seek_to_end if self._reset == "latest" else consumer.seek_to_beginning
-        try:
-            await reset(*partitions)
-        except KafkaError as exc:
-            # Not marked: aiokafka's fetcher reads those commits itself, as before.
-            log.info("reset_by_rule_unavailable", reason=describe(exc))
 
     async def _read_offsets(
         self,
