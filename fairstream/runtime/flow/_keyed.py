@@ -20,10 +20,12 @@ its chain out *parks* as a spare and runs the next new chain of any partition of
 the lane: starting an anyio task costs ~50 us, half a dispatch of no-op records, and
 at hundreds of partitions a partition's chain runs out before its next dispatch. The
 spares are lane-wide, the last parked taken first, so a spare's wait (a Future) lasts
-about one dispatch and dies young: a spare of each partition waited a whole round of
-the ring and every one of its Futures reached the garbage collector's oldest
-generation, making full collections ~1.6x as frequent at 512 partitions
-(``benchmarks/notes/per_record_cost.md``, "Key order: the garbage collector").
+about one dispatch and mostly dies young: a spare of each partition waited a whole
+round of the ring, every one of its Futures reached the garbage collector's oldest
+generation, and the partitions' task groups, serving tasks and parked spares made
+that generation a third larger, each full collection walking it (key order's steady
+CPU a record 1.52x -> 1.29x raw aiokafka's at 512 partitions,
+``benchmarks/notes/per_record_cost.md``, "Key order: lane-wide spares").
 
 While a partition has chains it is *busy*: an :class:`InFlight` (the partition, which
 cancels the scopes of the tasks running its chains, and an event set when the last
