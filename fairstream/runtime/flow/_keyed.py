@@ -172,11 +172,9 @@ class KeyedLane:
         self._by_key = subscriber.ordering == "key"
         self._unique = itertools.count()
         self._parts: dict[TP, _Partition] = {}
-        self._spares: list[tuple[asyncio.Future[tuple[_Partition, Hashable]], anyio.CancelScope]]
-        self._spares = []
-        """Chain tasks waiting for a new chain (the last one parked is taken first),
-        each with its cancel scope; at most ``concurrency``, which is as many chains as
-        can run a handler at once."""
+        self._spares: list[asyncio.Future[tuple[_Partition, Hashable]]] = []
+        """Chain tasks waiting for a new chain (the last one parked is taken first); at
+        most ``concurrency``, which is as many chains as can run a handler at once."""
         self._tasks: anyio.abc.TaskGroup | None = None
 
     def start(self, tasks: anyio.abc.TaskGroup) -> None:
@@ -261,15 +259,10 @@ class KeyedLane:
             part.busy = InFlight(part)
             part.cancelled = False
         if self._spares:
-            spare, scope = self._spares.pop()
-            spare.set_result((part, key))
+            self._spares.pop().set_result((part, key))
         else:
             assert self._tasks is not None, "KeyedLane.start was not called"
-            scope = anyio.CancelScope()
-            self._tasks.start_soon(self._chain, part, key, scope)
-        # Registered now, not when the task starts the chain: a cancel meanwhile
-        # reaches the task (and ``cancelled`` drops the chain unrun).
-        part.scopes.add(scope)
+            self._tasks.start_soon(self._chain, part, key)
 
     async def _room_in(self, tp: TP) -> _Partition | None:
         """The open chains of ``tp`` once they have room for a record (waits while full).
@@ -294,14 +287,14 @@ class KeyedLane:
         if part.room is not None:
             part.room.set()
 
-    async def _chain(self, part: _Partition, key: Hashable, scope: anyio.CancelScope) -> None:
+    async def _chain(self, part: _Partition, key: Hashable) -> None:
         """Run the chain of ``key``, then park as a spare and run the chain handed over.
 
         The task ends once its scope was cancelled (its partition's chains were): the
         scope is never carried to another chain.
         """
         handed: tuple[_Partition, Hashable] | None = (part, key)
-        with scope:
+        with anyio.CancelScope() as scope:
             while handed is not None:
                 part, key = handed
                 if not await self._run_chain(part, key, scope) or scope.cancel_called:
@@ -314,7 +307,7 @@ class KeyedLane:
             return None
         spare: asyncio.Future[tuple[_Partition, Hashable]]
         spare = asyncio.get_running_loop().create_future()
-        self._spares.append((spare, scope))
+        self._spares.append(spare)
         try:
             return await spare
         except BaseException:
@@ -322,8 +315,8 @@ class KeyedLane:
             # but before it started: that chain ends unrun.
             if spare.done() and not spare.cancelled():
                 self._chain_ended(*spare.result(), scope)
-            elif (spare, scope) in self._spares:
-                self._spares.remove((spare, scope))
+            elif spare in self._spares:
+                self._spares.remove(spare)
             raise
 
     async def _run_chain(self, part: _Partition, key: Hashable, scope: anyio.CancelScope) -> bool:
@@ -336,6 +329,9 @@ class KeyedLane:
         def popped(count: int) -> None:
             self._release(part, count)
 
+        # A cancel of the partition from now on reaches this task through its scope;
+        # one since the chain was handed over set ``cancelled``: the chain ends unrun.
+        part.scopes.add(scope)
         try:
             while chain and not runner.halted and not part.cancelled:
                 if gate.closed:  # exactly-once: a commit of the partition waits
