@@ -15,18 +15,23 @@ so a partition whose records do not finish stops reading ahead (buffered memory
 stays bounded) while the others go on. Finished records do not count: a record
 that never finishes holds its key, not a window of its partition.
 
-Chains run in a task group per partition, opened when its first record is
-admitted and kept while the partition is owned (opening one per burst would cost
-more than a cheap handler). A chain's task that ran its chain out stays as the
-partition's *spare* (one at most) and runs the partition's next new chain: starting
-an anyio task costs ~50 us, half a dispatch of no-op records, and at hundreds of
-partitions a partition's chain runs out before its next dispatch (one start per
-dispatch at 2,048 partitions, ``benchmarks/notes/per_record_cost.md``).
+Chains run as tasks of the lane, each in a cancel scope of its own. A task that ran
+its chain out *parks* as a spare and runs the next new chain of any partition of
+the lane: starting an anyio task costs ~50 us, half a dispatch of no-op records, and
+at hundreds of partitions a partition's chain runs out before its next dispatch. The
+spares are lane-wide, the last parked taken first, so a spare's wait (a Future) lasts
+about one dispatch and mostly dies young: a spare of each partition waited a whole
+round of the ring, every one of its Futures reached the garbage collector's oldest
+generation, and the partitions' task groups, serving tasks and parked spares made
+that generation a third larger, each full collection walking it (key order's steady
+CPU a record 1.52x -> 1.29x raw aiokafka's at 512 partitions,
+``benchmarks/notes/per_record_cost.md``, "Key order: lane-wide spares").
 
-While a partition has chains it is *busy*: an
-:class:`InFlight` (its cancel scope, and an event set when the last chain ends)
-is what a revoke or a forced shutdown waits on or cancels, like a dispatch's. A
-revoke closes it once it is idle.
+While a partition has chains it is *busy*: an :class:`InFlight` (the partition, which
+cancels the scopes of the tasks running its chains, and an event set when the last
+chain ends) is what a revoke or a forced shutdown waits on or cancels, like a
+dispatch's. A task whose scope was cancelled ends with its chain, so the cancel
+reaches no other partition's chain. A revoke closes the partition once it is idle.
 
 Under exactly-once each partition's chains pass its gate (``_barrier``) before each
 run, and a run stops before its next record once the gate closes: a commit of the
@@ -40,6 +45,7 @@ import itertools
 import operator
 from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import anyio
 import anyio.abc
@@ -70,8 +76,16 @@ def _one_key(records: list[Record[bytes]]) -> bool:
     return len(set(map(_key_of, records))) == 1
 
 
-_NO_KEY = object()
-"""What a spare is woken with to end (its partition closes) instead of a key to run."""
+_PIN: Hashable = object()
+"""The key of an entry every partition's ``chains`` keeps, with a list (a tracked
+object) as its value: CPython untracks a dict that holds only atoms, so an emptied
+``chains`` was untracked at the next collection and tracked again, as a new object,
+when the next chain joined, then promoted to the oldest generation again, once a
+dispatch at hundreds of partitions. No record's key equals it."""
+
+
+class _Cancellable(Protocol):
+    def cancel(self) -> None: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -82,7 +96,7 @@ class InFlight:
     Event looks up the running async library, and most dispatches end unwatched.
     """
 
-    scope: anyio.CancelScope
+    scope: _Cancellable
     _ended: anyio.Event | None = None
     _over: bool = False
 
@@ -106,23 +120,33 @@ class InFlight:
             await self._ended.wait()
 
 
+def _pinned() -> dict[Hashable, list[Record[bytes]]]:
+    return {_PIN: []}
+
+
 @dataclass(slots=True, eq=False)
 class _Partition:
-    """The chains of one partition, and the task group they run in."""
+    """The chains of one partition, and the cancel scopes of the tasks running them."""
 
     tp: TP
-    scope: anyio.CancelScope
     busy: InFlight | None = None
-    chains: dict[Hashable, list[Record[bytes]]] = field(default_factory=dict)
+    chains: dict[Hashable, list[Record[bytes]]] = field(default_factory=_pinned)
+    """The chains by key, beside the ``_PIN`` entry: one entry means no chain."""
     admitted: int = 0
-    tasks: anyio.abc.TaskGroup | None = None
     room: anyio.Event | None = None
     """Set when a full partition has room again; made by the admission that waits."""
-    spare: asyncio.Future[Hashable] | None = None
-    """A chain's task waiting for the partition's next new key (``_NO_KEY``: end)."""
-    stop: anyio.Event = field(default_factory=anyio.Event)
+    scopes: set[anyio.CancelScope] = field(default_factory=set)
+    """The scopes of the tasks running a chain of the partition now."""
+    cancelled: bool = False
+    """The busy spell's chains were cancelled: a chain handed to a task that has not
+    started it yet is dropped unrun."""
     closing: bool = False
-    closed: bool = False
+
+    def cancel(self) -> None:
+        """Cancel the partition's chains (through its busy :class:`InFlight`)."""
+        self.cancelled = True
+        for scope in self.scopes:
+            scope.cancel()
 
 
 class KeyedLane:
@@ -148,6 +172,9 @@ class KeyedLane:
         self._by_key = subscriber.ordering == "key"
         self._unique = itertools.count()
         self._parts: dict[TP, _Partition] = {}
+        self._spares: list[asyncio.Future[tuple[_Partition, Hashable]]] = []
+        """Chain tasks waiting for a new chain (the last one parked is taken first); at
+        most ``concurrency``, which is as many chains as can run a handler at once."""
         self._tasks: anyio.abc.TaskGroup | None = None
 
     def start(self, tasks: anyio.abc.TaskGroup) -> None:
@@ -162,7 +189,7 @@ class KeyedLane:
                 if part.busy is not None:
                     found.append(part.busy)
                 else:
-                    part.stop.set()
+                    self._close(part)
         return found
 
     def running(self) -> list[InFlight]:
@@ -225,18 +252,17 @@ class KeyedLane:
                 at = upto
 
     def _new_chain(self, part: _Partition, key: Hashable, records: list[Record[bytes]]) -> None:
-        """Start the chain of ``key`` with ``records``: on the partition's spare task, if
-        one waits, else on a new task."""
+        """Start the chain of ``key`` with ``records``: on the lane's last parked spare
+        task, if one waits, else on a new task."""
         part.chains[key] = records
         if part.busy is None:
-            part.busy = InFlight(part.scope)
-        spare = part.spare
-        if spare is not None and not spare.done():
-            part.spare = None
-            spare.set_result(key)
+            part.busy = InFlight(part)
+            part.cancelled = False
+        if self._spares:
+            self._spares.pop().set_result((part, key))
         else:
-            assert part.tasks is not None
-            part.tasks.start_soon(self._chain, part, key)
+            assert self._tasks is not None, "KeyedLane.start was not called"
+            self._tasks.start_soon(self._chain, part, key)
 
     async def _room_in(self, tp: TP) -> _Partition | None:
         """The open chains of ``tp`` once they have room for a record (waits while full).
@@ -245,8 +271,8 @@ class KeyedLane:
         """
         while not self._runner.halted and self._owned(tp):
             part = self._parts.get(tp)
-            if part is None or part.closed:
-                return await self._open(tp)
+            if part is None:
+                part = self._parts[tp] = _Partition(tp)
             if part.admitted < self._room:
                 return part
             if part.room is None:
@@ -254,56 +280,46 @@ class KeyedLane:
             await part.room.wait()
         return None
 
-    async def _open(self, tp: TP) -> _Partition:
-        assert self._tasks is not None, "KeyedLane.start was not called"
-        part = _Partition(tp, anyio.CancelScope())
-        self._parts[tp] = part
-        await self._tasks.start(self._serve, part)
-        return part
-
-    async def _serve(
-        self,
-        part: _Partition,
-        *,
-        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-    ) -> None:
-        try:
-            with part.scope:
-                async with anyio.create_task_group() as tasks:
-                    part.tasks = tasks
-                    task_status.started()
-                    await part.stop.wait()
-                    if part.spare is not None and not part.spare.done():
-                        part.spare.set_result(_NO_KEY)
-        finally:
-            part.closed = True
-            if self._parts.get(part.tp) is part:
-                del self._parts[part.tp]
-            if part.room is not None:
-                part.room.set()
-            if part.busy is not None:
-                part.busy.finish()
+    def _close(self, part: _Partition) -> None:
+        """The revoked ``part`` is idle: forget it (a new owner opens a new one)."""
+        if self._parts.get(part.tp) is part:
+            del self._parts[part.tp]
+        if part.room is not None:
+            part.room.set()
 
     async def _chain(self, part: _Partition, key: Hashable) -> None:
-        """Run the chain of ``key``, then wait as the partition's spare for the next."""
-        while await self._run_chain(part, key):
-            key = await self._park(part)
-            if key is _NO_KEY:
-                return
+        """Run the chain of ``key``, then park as a spare and run the chain handed over.
 
-    async def _park(self, part: _Partition) -> Hashable:
-        """Wait as the partition's spare for a new chain's key; ``_NO_KEY``: end now."""
-        if part.spare is not None or part.closing or part.closed or self._runner.halted:
-            return _NO_KEY
-        spare: asyncio.Future[Hashable] = asyncio.get_running_loop().create_future()
-        part.spare = spare
+        The task ends once its scope was cancelled (its partition's chains were): the
+        scope is never carried to another chain.
+        """
+        handed: tuple[_Partition, Hashable] | None = (part, key)
+        with anyio.CancelScope() as scope:
+            while handed is not None:
+                part, key = handed
+                if not await self._run_chain(part, key, scope) or scope.cancel_called:
+                    return
+                handed = await self._park(scope)
+
+    async def _park(self, scope: anyio.CancelScope) -> tuple[_Partition, Hashable] | None:
+        """Wait as a spare for a new chain; ``None``: end the task instead."""
+        if self._runner.halted or len(self._spares) >= self._subscriber.concurrency:
+            return None
+        spare: asyncio.Future[tuple[_Partition, Hashable]]
+        spare = asyncio.get_running_loop().create_future()
+        self._spares.append(spare)
         try:
             return await spare
-        finally:
-            if part.spare is spare:
-                part.spare = None
+        except BaseException:
+            # Cancelled (a shutdown) while parked, or after a chain was handed over
+            # but before it started: that chain ends unrun.
+            if spare.done() and not spare.cancelled():
+                self._chain_ended(*spare.result(), scope)
+            elif spare in self._spares:
+                self._spares.remove(spare)
+            raise
 
-    async def _run_chain(self, part: _Partition, key: Hashable) -> bool:
+    async def _run_chain(self, part: _Partition, key: Hashable, scope: anyio.CancelScope) -> bool:
         """Run the chain of ``key`` until it is empty; ``False``: cut short or failed."""
         chain = part.chains[key]
         runner, subscriber, slots = self._runner, self._subscriber, self._slots
@@ -313,8 +329,11 @@ class KeyedLane:
         def popped(count: int) -> None:
             self._release(part, count)
 
+        # A cancel of the partition from now on reaches this task through its scope;
+        # one since the chain was handed over set ``cancelled``: the chain ends unrun.
+        part.scopes.add(scope)
         try:
-            while chain and not runner.halted:
+            while chain and not runner.halted and not part.cancelled:
                 if gate.closed:  # exactly-once: a commit of the partition waits
                     await gate.wait_open()
                     continue
@@ -345,16 +364,21 @@ class KeyedLane:
             self._fail(exc)
             return False
         finally:
-            # Cut short (halt, cancel, stop policy): what is left stays unfinished.
-            del part.chains[key]
-            if chain:
-                self._release(part, len(chain))
-            if not part.chains and part.busy is not None:
-                part.busy.finish()
-                part.busy = None
-                if part.closing:
-                    part.stop.set()
+            self._chain_ended(part, key, scope)
         return not runner.halted
+
+    def _chain_ended(self, part: _Partition, key: Hashable, scope: anyio.CancelScope) -> None:
+        """The chain of ``key`` ended. Cut short (halt, cancel, stop policy): what is
+        left of it stays unfinished. The partition's last chain ends its busy spell."""
+        part.scopes.discard(scope)
+        chain = part.chains.pop(key)
+        if chain:
+            self._release(part, len(chain))
+        if len(part.chains) == 1 and part.busy is not None:  # only _PIN is left
+            part.busy.finish()
+            part.busy = None
+            if part.closing:
+                self._close(part)
 
     def _release(self, part: _Partition, count: int) -> None:
         part.admitted -= count
