@@ -18,7 +18,16 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord
 
+import fairstream
 from fairstream.testing import EmbeddedBroker
+
+
+def fairstream_in_use() -> str:
+    """Which fairstream this run imports: a script's ``sys.path[0]`` is ``benchmarks/``,
+    so the package comes from ``PYTHONPATH`` or the venv's install, which may point at
+    another checkout (an editable install of a clone once made a "final code" row
+    measure an older commit)."""
+    return f"fairstream from {os.path.dirname(fairstream.__file__)}"
 
 
 @contextlib.contextmanager

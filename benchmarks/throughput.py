@@ -90,6 +90,7 @@ from _common import (
     add_scheduler_option,
     cluster,
     create_topic,
+    fairstream_in_use,
     raw_aiokafka_loop,
     scheduler_fields,
 )
@@ -726,6 +727,7 @@ def main() -> None:
     if args.gc_threshold is not None:
         gc.set_threshold(args.gc_threshold, *gc.get_threshold()[1:])
     logs.configure("console", "WARNING")
+    print(fairstream_in_use(), flush=True)
     warnings = WarningCounter()
     aiokafka_log = logging.getLogger("aiokafka")
     aiokafka_log.addHandler(warnings)
