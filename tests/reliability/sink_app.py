@@ -15,8 +15,8 @@ it and start it again:
 - ``SINK_COOPERATIVE=1``: cooperative rebalancing (KIP-429; with ``SINK_ASSIGNOR=sticky``);
 - ``SINK_STOP_AT_REVOKE``: a path; the first member to give up partitions while a
   file is there takes it (renamed to ``<path>.<SINK_TAG>``) and stops itself with
-  SIGSTOP right after its revoke commit, so that a test kills it at that point
-  whatever the machine's load;
+  SIGSTOP in its revoke listener (after the revoke commit; lost partitions reach it
+  too, uncommitted), so that a test kills it at that point whatever the load;
 - ``SINK_MANUAL_FLUSH=N``: ``ack="manual"``; the handler buffers each partition's
   records and writes them to the sink ``N`` at a time, then acknowledges the last
   one written: the reason users choose manual acks, and what a commit must not pass.
