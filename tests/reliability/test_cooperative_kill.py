@@ -5,9 +5,10 @@ gives a partition to the newcomer revokes it (committing what it handled) in the
 first round and asks for the second round a heartbeat interval later: the first
 such member stops itself right after its revoke commit (SIGSTOP in a revoke
 listener of the sink app, so that the window is hit on a loaded machine too; or
-after losing its partitions, see ``_GIVING_UP``) and is killed there with SIGKILL, so the group goes on without it, and its kept
-partitions are handled again from their last commit by the member restarted under
-its instance id (noida never evicts a dead member).
+after losing its partitions, see ``_GIVING_UP``) and is killed there with SIGKILL,
+so the group goes on without it, and its kept partitions are handled again from
+their last commit by the member restarted under its instance id (noida never evicts
+a dead member).
 """
 
 from __future__ import annotations
