@@ -271,9 +271,19 @@ async def test_cooperative_members_keep_their_partitions_when_a_third_joins(
         return owned
 
     async def until(check: Callable[[], bool]) -> None:
-        with anyio.fail_after(60):
+        with anyio.move_on_after(60) as waited:
             while not check():  # noqa: ASYNC110 - a condition over the members' logs
                 await anyio.sleep(0.1)
+        if waited.cancelled_caught:
+            rounds = {
+                name: [
+                    {k: e[k] for k in ("event", "generation", "kept", "revoked", "added") if k in e}
+                    for e in events
+                    if e["event"].startswith(("cooperative_", "partitions_", "group_"))
+                ]
+                for name, events in logs.items()
+            }
+            pytest.fail(f"not seen in 60 s; the members' rounds: {rounds}")
 
     def member(name: str) -> Any:
         return _fairstream_run(
