@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import anyio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -119,3 +121,29 @@ async def read_committed(bootstrap: str, topic: str, partitions: int) -> list[by
         return values
     finally:
         await consumer.stop()
+
+
+class CommitFetches(logging.Handler):
+    """How many times aiokafka's coordinator asked for commits (one line a request)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("Fetching committed offsets"):
+            self.count += 1
+
+
+@contextlib.contextmanager
+def counting_commit_fetches() -> Iterator[CommitFetches]:
+    """Count aiokafka's own commit fetches while the block runs."""
+    coordinator = logging.getLogger("aiokafka.consumer.group_coordinator")
+    fetches, level = CommitFetches(), coordinator.level
+    coordinator.addHandler(fetches)
+    coordinator.setLevel(logging.DEBUG)
+    try:
+        yield fetches
+    finally:
+        coordinator.removeHandler(fetches)
+        coordinator.setLevel(level)

@@ -9,7 +9,6 @@ aiokafka's reset by ``auto_offset_reset`` first, so the fetcher asks for none.
 
 from __future__ import annotations
 
-import logging
 import uuid
 
 import anyio
@@ -19,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from fairstream import App, Record
 from tests.conftest import Broker
 from tests.support.backends import QUICK_JOIN
-from tests.support.kafka_helpers import create_topic, produce
+from tests.support.kafka_helpers import counting_commit_fetches, create_topic, produce
 
 pytestmark = pytest.mark.broker
 
@@ -36,18 +35,6 @@ async def _commit_one(bootstrap: str, group_id: str, topic: str) -> None:
         await consumer.commit({tp: 1 for tp in tps})
     finally:
         await consumer.stop()
-
-
-class _Count(logging.Handler):
-    """aiokafka's coordinator fetching commits itself (one line per request)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.fetches = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage().startswith("Fetching committed offsets"):
-            self.fetches += 1
 
 
 async def test_partitions_start_at_their_commit_or_the_log_start_without_a_request_each(
@@ -70,18 +57,10 @@ async def test_partitions_start_at_their_commit_or_the_log_start_without_a_reque
         if seen >= expected:
             done.set()
 
-    coordinator = logging.getLogger("aiokafka.consumer.group_coordinator")
-    count = _Count()
-    level = coordinator.level
-    coordinator.addHandler(count)
-    coordinator.setLevel(logging.DEBUG)
-    try:
+    with counting_commit_fetches() as count:
         async with app:
             with anyio.fail_after(60):
                 await done.wait()
-    finally:
-        coordinator.removeHandler(count)
-        coordinator.setLevel(level)
 
     assert seen == expected  # the committed record 0s were not handled again
     # The room hands the new partitions to aiokafka's reset by rule before its first
@@ -89,4 +68,4 @@ async def test_partitions_start_at_their_commit_or_the_log_start_without_a_reque
     # join, at most the one already in flight when a rejoin calls the listener. It
     # asked for 3-5 of the 64 before (19 once under load): one a round trip until
     # the room's batched read had sought them all.
-    assert count.fetches <= 1, count.fetches
+    assert count.count <= 1, count.count

@@ -7,8 +7,6 @@ a seek made before the reset lands win over it.
 
 from __future__ import annotations
 
-import logging
-
 import anyio
 import pytest
 import structlog
@@ -17,24 +15,12 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from fairstream.config import OffsetReset
 from fairstream.runtime._kafka._reset_by_rule import reset_by_rule
 from tests.conftest import Broker, TopicFactory
-from tests.support.kafka_helpers import produce
+from tests.support.kafka_helpers import counting_commit_fetches, produce
 
 pytestmark = pytest.mark.broker
 
 PARTITIONS = 8
 SOUGHT = 3  # this partition is sought to offset 1 in the listener, after the mark
-
-
-class _Fetches(logging.Handler):
-    """aiokafka's coordinator fetching commits (one line per request)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.count = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage().startswith("Fetching committed offsets"):
-            self.count += 1
 
 
 class _Marks(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -69,21 +55,18 @@ async def test_marked_partitions_start_by_the_rule_without_a_commit_fetch(
         auto_offset_reset="none",  # without the mark, a partition with no commit fails
     )
     listener = _Marks(consumer, rule)
-    coordinator = logging.getLogger("aiokafka.consumer.group_coordinator")
-    fetches, level = _Fetches(), coordinator.level
-    coordinator.addHandler(fetches)
-    coordinator.setLevel(logging.DEBUG)
-    await consumer.start()
-    try:
-        consumer.subscribe([topic], listener=listener)
-        with anyio.fail_after(60):
-            while len(consumer.assignment()) < PARTITIONS or listener.marked is None:
-                await consumer.getmany(timeout_ms=100)
-            positions = {tp.partition: await consumer.position(tp) for tp in consumer.assignment()}
-    finally:
-        await consumer.stop()
-        coordinator.removeHandler(fetches)
-        coordinator.setLevel(level)
+    with counting_commit_fetches() as fetches:
+        await consumer.start()
+        try:
+            consumer.subscribe([topic], listener=listener)
+            with anyio.fail_after(60):
+                while len(consumer.assignment()) < PARTITIONS or listener.marked is None:
+                    await consumer.getmany(timeout_ms=100)
+                positions = {
+                    tp.partition: await consumer.position(tp) for tp in consumer.assignment()
+                }
+        finally:
+            await consumer.stop()
 
     assert listener.marked, "aiokafka's fetcher changed: new partitions are not marked"
     start = 0 if rule == "earliest" else 2
