@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, final
@@ -31,7 +31,6 @@ from fairstream.assign import Assignment, GroupSnapshot, partition_lag
 from fairstream.config import SecurityConfig
 from fairstream.errors import BrokerError, ConfigError, describe
 from fairstream.ranges import from_commit
-from fairstream.runtime._kafka._metadata_scope import keep_metadata_of
 
 __all__ = [
     "AutoOffsetReset",
@@ -158,12 +157,8 @@ class BrokerAdmin:
         *,
         request_timeout_ms: int = 30_000,
         security: SecurityConfig | None = None,
-        topics: Collection[str] = (),
     ) -> None:
         self.bootstrap = bootstrap
-        self._topics = tuple(topics)
-        """A member's topics: its clients keep metadata of these, not of every topic
-        (``_metadata_scope``); none (the CLI's short-lived reads): aiokafka's default."""
         self._timeout_ms = request_timeout_ms
         self._security = (security or SecurityConfig()).aiokafka_kwargs()
         self._admin: AIOKafkaAdminClient | None = None
@@ -189,8 +184,6 @@ class BrokerAdmin:
             **self._security,
         )
         consumer = self._probe()
-        for client in (admin, consumer):
-            keep_metadata_of(client, self._topics)
         try:
             await admin.start()
             await consumer.start()

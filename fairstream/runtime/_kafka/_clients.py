@@ -62,7 +62,6 @@ class AIOKafkaClients:
         dead_letter_topics: Mapping[str, str],
         admin: BrokerAdmin,
         exactly_once: bool = False,
-        topics: Collection[str] = (),
     ) -> None:
         self.bootstrap = bootstrap
         self.group_id = group_id
@@ -79,7 +78,6 @@ class AIOKafkaClients:
             client_id=f"{consumer_config.client_id}-producer",
             config=producer_config,
             transactions_of=group_id if exactly_once else None,
-            topics=sorted({*topics, *self._dead_letter_topics.values()}),
         )
         # The producer side (KafkaClients.publish, .dead_letter; TransactionalClients).
         self.transactions = self._producing.transactions
@@ -316,7 +314,6 @@ def aiokafka_clients(app: AppSettings, subscribers: Sequence[Subscriber]) -> AIO
             "no Kafka bootstrap address",
             "pass App(bootstrap='host:port') or set FAIRSTREAM_BOOTSTRAP",
         )
-    topics = sorted({topic for sub in subscribers for topic in sub.topics})
     dead_letter_topics = {
         topic: sub.dead_letter.topic_for(topic)
         for sub in subscribers
@@ -340,7 +337,6 @@ def aiokafka_clients(app: AppSettings, subscribers: Sequence[Subscriber]) -> AIO
         ),
         instance_id=app.instance_id,
         dead_letter_topics=dead_letter_topics,
-        admin=BrokerAdmin(app.bootstrap, security=app.security, topics=topics),
+        admin=BrokerAdmin(app.bootstrap, security=app.security),
         exactly_once=app.processing == "exactly_once",
-        topics=topics,
     )

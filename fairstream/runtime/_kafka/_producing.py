@@ -10,7 +10,6 @@ member's one idempotent producer.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
 import structlog
@@ -20,7 +19,6 @@ from aiokafka.errors import KafkaConnectionError, KafkaError, MessageSizeTooLarg
 from fairstream.config import ProducerConfig
 from fairstream.errors import BrokerError, describe
 from fairstream.runtime._kafka._admin import may_pass, stop_quietly
-from fairstream.runtime._kafka._metadata_scope import keep_metadata_of
 from fairstream.runtime._kafka._starting import start_client
 from fairstream.runtime._record import Headers
 from fairstream.runtime._subscriber import Subscriber
@@ -47,13 +45,9 @@ class Producing:
         client_id: str,
         config: ProducerConfig,
         transactions_of: str | None,
-        topics: Collection[str] = (),
     ) -> None:
         self.bootstrap = bootstrap
         self._common = common
-        self._topics = tuple(topics)
-        """The member's topics and dead-letter topics: each producer keeps metadata of
-        these and of what it sends to, not of every topic (``_metadata_scope``)."""
         self._client_id = client_id
         self._config = config
         self.producer = self._new_producer(idempotent=True)
@@ -68,23 +62,19 @@ class Producing:
         )
 
     def _new_producer(self, *, idempotent: bool) -> AIOKafkaProducer:
-        producer = AIOKafkaProducer(
+        return AIOKafkaProducer(
             **self._common,
             client_id=self._client_id,
             **self._config.aiokafka_kwargs(idempotent=idempotent),
         )
-        keep_metadata_of(producer, self._topics)
-        return producer
 
     def _transactional_producer(self, transactional_id: str) -> AIOKafkaProducer:
-        producer = AIOKafkaProducer(
+        return AIOKafkaProducer(
             **self._common,
             client_id=self._client_id,
             **self._config.aiokafka_kwargs(idempotent=True),
             transactional_id=transactional_id,
         )
-        keep_metadata_of(producer, self._topics)
-        return producer
 
     async def start(self) -> None:
         """Start the producer; without idempotence where the broker gives no producer id.
