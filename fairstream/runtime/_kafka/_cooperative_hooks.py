@@ -33,22 +33,6 @@ Asking for a rejoin instead would loop: a refusal that arrives after the member
 joined the new generation starts one more rebalance, in which other members'
 commits are refused.
 
-The follow-up rejoin waits" below);
-- a member whose generation was reset (``UNKNOWN_MEMBER_ID``, ``ILLEGAL_GENERATION``:
-  it missed a rebalance, and another member may own its partitions now) loses them:
-  the listener's ``on_partitions_lost`` drops them without committing.
-
-A cooperative member commits while the group rebalances, which eager members never
-do. Kafka accepts such a commit until the new generation forms; noida answers it
-with ``ILLEGAL_GENERATION``, and aiokafka then resets the generation: every member
-would lose everything at every join. So a refused commit resets nothing here (as Kafka's
-Java consumer does for a commit refused while the group rebalances): it is retried
-at the next commit, and the heartbeat, which goes on, says whether the group
-rebalances (the member rejoins with its member id) or fenced the member (aiokafka
-resets the generation: lost). Asking for a rejoin instead would loop: a refusal
-that arrives after the member joined the new generation starts one more rebalance,
-in which other members' commits are refused.
-
 The follow-up rejoin waits a heartbeat interval after the round that revoked. A
 rejoin at once (as Kafka's Java consumer does) reaches the coordinator a few
 milliseconds after the leader's SyncGroup, while other members' JoinGroup and
