@@ -133,12 +133,12 @@ def test_unreachable_bootstrap_is_one_stderr_line(tmp_path: Path) -> None:
         ),
         pytest.param(
             lambda: SchedulerConfig(max_batch=5_000),
-            "max_batch=5000: exceeds max_buffered_records=1000",
+            "max_batch=5000: exceeds max_buffered_records=2000",
             id="batch-above-buffer",
         ),
         pytest.param(
             lambda: App(bootstrap="127.0.0.1:1", group_id="g").subscriber("t", max_batch=3_000),
-            "max_batch=3000: exceeds max_buffered_records=1000",
+            "max_batch=3000: exceeds max_buffered_records=2000",
             id="subscriber-batch-above-buffer",
         ),
     ],

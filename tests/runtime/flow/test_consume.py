@@ -53,7 +53,7 @@ async def test_a_handler_that_never_awaits_still_lets_other_tasks_run(
     the event loop turn at least every millisecond: other tasks (the fetcher, the
     commits, the group's heartbeat, this test's watcher) run while the backlog drains."""
     topic = await backend.create_topic(4)
-    total = 6_000  # six times max_buffered_records: the fetcher must run in between
+    total = 6_000  # three times max_buffered_records: the fetcher must run in between
     await backend.produce(topic, [(i % 4, b"x") for i in range(total)])
     # One worker: several would each run a dispatch in the same turn of the loop.
     app = backend.app(group_id=group_id, scheduler=SchedulerConfig(concurrency=1))
