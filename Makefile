@@ -9,7 +9,8 @@ PYTHON ?= python3
 # quiet (before that day's test cuts) and 514 s half busy; -n 5 369-393 s quiet; -n 6
 # ~320 s quiet once (stop 44), 376-379 s at 45b0007 (which ran ten in a row green, eight of
 # them two side by side: 604-698 s), 323 s quiet and 620-665 s side by side once the Spark
-# JVMs ran on the quick compiler and the serial collector (stop 47).
+# JVMs ran on the quick compiler and the serial collector (stop 47); 302-315 s quiet and
+# 487-550 s side by side in ten runs in a row at e9685a0 (stop 48).
 # Six first failed side by side on a Spark query whose Python worker
 # missed the 10 s Spark 4.3 gives it to connect back (hard-coded in PythonWorkerFactory):
 # the Spark tests' processes now run at a raised priority (tests/spark/conftest.py),

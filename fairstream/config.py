@@ -293,11 +293,12 @@ class SchedulerConfig:
     4,000 doubled it). Batch handlers over thousands of partitions gain from 1,000
     (one default batch): at 2,048 partitions it promoted a fifth fewer objects a
     record and ran 1.02x a raw aiokafka loop instead of 0.91-0.95x; but the default
-    ``ordering="partition"`` ran 0.73-0.85x there instead of ~0.9x, so the default
-    stays 2,000 (``benchmarks/notes/per_record_cost.md``, "The buffer and the
-    garbage collector"). A dispatch holds only buffered records, so keep
-    ``max_batch`` at or below ``max_buffered_records``. Since a pull takes from each
-    partition in turn, one pull fills the buffer however many partitions there are.
+    ``ordering="partition"`` ran 0.73x and 0.78x there (two runs) instead of ~0.9x,
+    as aiokafka fetched 2.5-2.8 times as often, so the default stays 2,000
+    (``benchmarks/notes/per_record_cost.md``, "The buffer and the garbage
+    collector"). A dispatch holds only buffered records, so keep ``max_batch`` at or
+    below ``max_buffered_records``. Since a pull takes from each partition in turn,
+    one pull fills the buffer however many partitions there are.
     """
 
     partition_quota: int = 100
