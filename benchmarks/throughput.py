@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import logging
 import statistics
@@ -94,6 +95,7 @@ from _common import (
     raw_aiokafka_loop,
     scheduler_fields,
 )
+from _fetch_wait import held_empty_fetches
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord
@@ -704,6 +706,14 @@ def parse_args() -> argparse.Namespace:
         "default: 700); 10000 keeps it out of the steady state, to profile the rest",
     )
     parser.add_argument(
+        "--kafka-fetch-wait",
+        action="store_true",
+        help="hold every fetch answer that brings no record for fetch_max_wait_ms, as a "
+        "Kafka broker would before answering it (noida answers at once, so a consumer "
+        "whose fetch loop runs beside its handlers fetches its drained partitions again "
+        "and again; see benchmarks/_fetch_wait.py); for every way",
+    )
+    parser.add_argument(
         "--topic",
         default=None,
         help="consume this topic, producing it first only if it does not exist (needs "
@@ -732,7 +742,8 @@ def main() -> None:
     aiokafka_log = logging.getLogger("aiokafka")
     aiokafka_log.addHandler(warnings)
     aiokafka_log.propagate = False  # counted in the table instead of flooding the output
-    with cluster(args.bootstrap) as bootstrap:
+    held = held_empty_fetches() if args.kafka_fetch_wait else contextlib.nullcontext()
+    with held, cluster(args.bootstrap) as bootstrap:
         asyncio.run(bench(args, bootstrap, warnings))
 
 

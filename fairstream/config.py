@@ -292,13 +292,15 @@ class SchedulerConfig:
     with how many records wait (raising ``max_buffered_records`` from 2,000 to
     4,000 doubled it). Batch handlers over thousands of partitions gain from 1,000
     (one default batch): at 2,048 partitions it promoted a fifth fewer objects a
-    record and ran 1.02x a raw aiokafka loop instead of 0.91-0.95x; but the default
-    ``ordering="partition"`` ran 0.73x and 0.78x there (two runs) instead of ~0.9x,
-    as aiokafka fetched 2.5-2.8 times as often, so the default stays 2,000
+    record. Against a broker that holds an empty fetch as Kafka does, both sizes
+    run the default ordering and batches at or above a raw aiokafka loop's rate
+    there; the embedded noida broker answers an empty fetch at once, which made the
+    end of a drain dearer with the smaller buffer, so the default stays 2,000
     (``benchmarks/notes/per_record_cost.md``, "The buffer and the garbage
-    collector"). A dispatch holds only buffered records, so keep ``max_batch`` at or
-    below ``max_buffered_records``. Since a pull takes from each partition in turn,
-    one pull fills the buffer however many partitions there are.
+    collector" and "The tail of a drain"). A dispatch holds only buffered records,
+    so keep ``max_batch`` at or below ``max_buffered_records``. Since a pull takes
+    from each partition in turn, one pull fills the buffer however many partitions
+    there are.
     """
 
     partition_quota: int = 100
