@@ -201,21 +201,31 @@ class FetchRoom:
                 if not await self._failed(failure):
                     return
                 continue
-            for tp, fetched in batches.items():
-                key = (tp.topic, tp.partition)
-                if key in scheduler.queues and fetched:
-                    records = as_records(fetched)
-                    self._next[key] = records[-1].offset + 1
-                    if self._aside:
-                        self._aside.pop(tp, None)
-                    nbytes = record_bytes(records)
-                    self._record_size = nbytes // len(records) + 1
-                    queue = scheduler.push(key, records, nbytes)
-                    if not queue.paused and self._held(queue):
-                        queue.paused = True
-                        self._unheld.pop(key, None)
             if batches:
+                self._enqueue(batches)
+                # Dropped here, not when the next pull rebinds it: the pull's lists
+                # would keep every record of it alive, handled or not, while this loop
+                # waits for room (benchmarks/notes/per_record_cost.md, "What a pull
+                # leaves alive").
+                del batches
                 self._wake()
+
+    def _enqueue(self, batches: dict[TopicPartition, list[Any]]) -> None:
+        """Queue what a pull brought; a queue that reached its target is held."""
+        scheduler = self._scheduler
+        for tp, fetched in batches.items():
+            key = (tp.topic, tp.partition)
+            if key in scheduler.queues and fetched:
+                records = as_records(fetched)
+                self._next[key] = records[-1].offset + 1
+                if self._aside:
+                    self._aside.pop(tp, None)
+                nbytes = record_bytes(records)
+                self._record_size = nbytes // len(records) + 1
+                queue = scheduler.push(key, records, nbytes)
+                if not queue.paused and self._held(queue):
+                    queue.paused = True
+                    self._unheld.pop(key, None)
 
     def _leave_aside(self, wanted: list[TopicPartition]) -> float | None:
         """Drop from ``wanted`` the partitions set aside; seconds until the first is due."""

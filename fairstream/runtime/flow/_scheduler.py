@@ -48,15 +48,14 @@ R = TypeVar("R")
 class PartitionQueue(Generic[R]):
     """The records fetched for one partition and not yet dispatched.
 
-    Stored as the lists the fetcher returned, plus a read index into the first,
-    so enqueueing and slicing cost per batch rather than per record.
+    Stored as the lists the fetcher returned, so enqueueing and slicing cost per
+    batch rather than per record.
     """
 
     tp: TP
     lane: int
     replay: bool = False
     chunks: deque[list[R]] = field(default_factory=deque)
-    head: int = 0
     count: int = 0
     nbytes: int = 0
     in_flight: bool = False
@@ -69,21 +68,27 @@ class PartitionQueue(Generic[R]):
         self.nbytes += nbytes
 
     def take(self, limit: int) -> list[R]:
-        """Remove and return up to ``limit`` records from the front, in order."""
+        """Remove and return up to ``limit`` records from the front, in order.
+
+        A chunk taken in part loses what was taken at once (``del``, a memmove of
+        the rest): kept to its end behind a read index, a record handled stayed
+        alive until its chunk's last record was taken, a round of the ring later,
+        and the garbage collector promoted it meanwhile.
+        """
         taken: list[R] = []
-        while self.chunks and len(taken) < limit:
-            chunk = self.chunks[0]
+        chunks = self.chunks
+        while chunks and len(taken) < limit:
+            chunk = chunks[0]
             want = limit - len(taken)
-            end = min(len(chunk), self.head + want)
-            if not taken and self.head == 0 and end == len(chunk):
-                taken = chunk  # the common case: hand the fetched list over as is
+            if len(chunk) <= want:
+                chunks.popleft()
+                if taken:
+                    taken += chunk
+                else:
+                    taken = chunk  # the common case: hand the fetched list over as is
             else:
-                taken.extend(chunk[self.head : end])
-            if end == len(chunk):
-                self.chunks.popleft()
-                self.head = 0
-            else:
-                self.head = end
+                taken += chunk[:want]
+                del chunk[:want]
         # Bytes are tracked per queue on average: exact per-record sizes would cost
         # a pass over every record just to keep an approximate memory bound.
         if self.count:
@@ -95,7 +100,7 @@ class PartitionQueue(Generic[R]):
 
     def clear(self) -> None:
         self.chunks.clear()
-        self.head = self.count = self.nbytes = 0
+        self.count = self.nbytes = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairstream.runtime.flow._scheduler import FairScheduler
+from fairstream.runtime.flow._scheduler import FairScheduler, PartitionQueue
 
 TP = tuple[str, int]
 
@@ -25,6 +28,27 @@ def test_backlog_gets_one_quota_per_round() -> None:
     dispatch = scheduler.next_dispatch()
     assert dispatch is not None
     assert [(s.tp[1], len(s.records)) for s in dispatch.slices] == [(0, 10), (1, 5), (2, 5)]
+
+
+class _Held:
+    """A record stand-in that can be watched for its end."""
+
+
+def test_records_taken_from_part_of_a_chunk_are_not_kept_alive_by_the_queue() -> None:
+    """A handled record dies with its dispatch, not when the rest of its chunk is taken:
+    one kept a round of the ring longer is promoted by the garbage collector, which
+    then walks it at every full collection (benchmarks/notes/per_record_cost.md)."""
+    queue: PartitionQueue[_Held] = PartitionQueue(("t", 0), lane=0)
+    chunk = [_Held() for _ in range(4)]
+    first = weakref.ref(chunk[0])
+    queue.push(chunk, nbytes=4)
+    del chunk
+    taken = queue.take(3)
+    assert len(taken) == 3 and queue.count == 1
+    del taken
+    gc.collect()
+    assert first() is None, "the queue still holds a record it handed over"
+    assert len(queue.take(5)) == 1 and queue.count == 0
 
 
 def test_a_partition_alone_takes_what_the_dispatch_has_room_for() -> None:
