@@ -14,8 +14,9 @@ sends none of them.
 
 :func:`held_empty_fetches` makes every consumer of the process, while it is
 entered, wait out ``fetch_max_wait_ms`` after an answer that brought no record, where
-the broker would have waited. That is Kafka's behaviour only while no record arrives, so it suits a
-topic produced before the run and read as it is (``throughput.py``), not a live one.
+the broker would have waited. That is Kafka's behaviour only while no record
+arrives, so it suits a topic produced before the run and read as it is
+(``throughput.py``), not a live one.
 It patches aiokafka's private ``Fetcher._proc_fetch_request``, checked against the
 pinned aiokafka; benchmarks only, never the library.
 """

@@ -27,23 +27,36 @@ SPAN = 1.5
 """Seconds a consumer at the log end is watched."""
 
 
-async def _fetches_at_log_end(bootstrap: str, topic: str, answers: list[float]) -> int:
+async def _answers_at_log_end(bootstrap: str, topic: str) -> int:
     """Read the topic's two records, then count fetch answers over ``SPAN`` at its end."""
+    answered: list[float] = []
+    inner = Fetcher._proc_fetch_request
+
+    async def counted(self: Any, *args: Any) -> Any:
+        try:
+            return await inner(self, *args)
+        finally:
+            answered.append(anyio.current_time())
+
+    Fetcher._proc_fetch_request = counted  # type: ignore[method-assign]
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=WAIT_MS
     )
-    await consumer.start()
     try:
-        consumer.assign([TopicPartition(topic, p) for p in range(2)])
-        got = 0
-        with anyio.fail_after(30):
-            while got < 2:
-                got += sum(map(len, (await consumer.getmany(timeout_ms=1_000)).values()))
-        start = anyio.current_time()
-        await anyio.sleep(SPAN)
-        return sum(1 for at in answers if at > start)
+        await consumer.start()
+        try:
+            consumer.assign([TopicPartition(topic, p) for p in range(2)])
+            got = 0
+            with anyio.fail_after(30):
+                while got < 2:
+                    got += sum(map(len, (await consumer.getmany(timeout_ms=1_000)).values()))
+            start = anyio.current_time()
+            await anyio.sleep(SPAN)
+            return sum(1 for at in answered if at > start)
+        finally:
+            await consumer.stop()
     finally:
-        await consumer.stop()
+        Fetcher._proc_fetch_request = inner  # type: ignore[method-assign]
 
 
 async def test_an_empty_fetch_is_held_for_fetch_max_wait(noida: Broker) -> None:
@@ -52,28 +65,11 @@ async def test_an_empty_fetch_is_held_for_fetch_max_wait(noida: Broker) -> None:
     await create_topic(noida.bootstrap, topic, 2)
     await produce(noida.bootstrap, topic, [(0, b"a"), (1, b"b")])
     with held_empty_fetches():
-        with_hold = await _fetches_with_counter(noida.bootstrap, topic)
+        with_hold = await _answers_at_log_end(noida.bootstrap, topic)
     assert Fetcher._proc_fetch_request is original  # aiokafka as it was
-    without = await _fetches_with_counter(noida.bootstrap, topic)
+    without = await _answers_at_log_end(noida.bootstrap, topic)
     # Held: one answer per fetch_max_wait_ms at most (a slow machine only lowers it).
     assert with_hold <= SPAN / (WAIT_MS / 1_000) + 1, with_hold
     # Without it noida answers at once, as its row of docs/testing.md says; were that
     # fixed, the benchmark would no longer need the option.
     assert without > 4 * (SPAN / (WAIT_MS / 1_000) + 1), without
-
-
-async def _fetches_with_counter(bootstrap: str, topic: str) -> int:
-    seen: list[float] = []
-    inner = Fetcher._proc_fetch_request
-
-    async def counted(self: Any, *args: Any) -> Any:
-        try:
-            return await inner(self, *args)
-        finally:
-            seen.append(anyio.current_time())
-
-    Fetcher._proc_fetch_request = counted  # type: ignore[method-assign]
-    try:
-        return await _fetches_at_log_end(bootstrap, topic, seen)
-    finally:
-        Fetcher._proc_fetch_request = inner  # type: ignore[method-assign]
